@@ -1,0 +1,78 @@
+// memlake::Allocator: the C++ front end. One Allocator owns one device's lake
+// (its chunks and mapped ranges), its stream scheduler and its backend.
+//
+//   memlake::Allocator alloc(memlake::Config::from_env());
+//   void* p = alloc.allocate(64 << 20, stream);
+//   alloc.deallocate(p, 64 << 20, stream);
+//
+// Errors are exceptions: memlake::out_of_memory (with requested, live,
+// reserved, largest free block and capacity in its message), memlake::misuse
+// for bad pointers and sizes. All member functions are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "memlake/config.hpp"
+#include "memlake/errors.hpp"
+#include "memlake/observer.hpp"
+#include "memlake/stats.hpp"
+
+namespace memlake {
+
+class Backend;
+class AllocatorImpl;
+
+using Stream = void*;  // cudaStream_t on CUDA, a host stream on the HostBackend; nullptr: default
+
+class Allocator {
+ public:
+  explicit Allocator(const Config& config = Config::from_env());
+  // For tests and tools: run over a given backend (e.g. an adaptor stack).
+  Allocator(const Config& config, std::unique_ptr<Backend> backend);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Never returns nullptr: size 0 yields a unique minimal block.
+  void* allocate(std::size_t bytes, Stream stream = nullptr);
+  // `bytes` must be the size given to allocate(), or 0 to skip the check.
+  void deallocate(void* ptr, std::size_t bytes, Stream stream = nullptr);
+  // The block is also used on `stream`: its memory is reused elsewhere only
+  // after the work queued on `stream` up to its free has completed.
+  void record_stream(void* ptr, Stream stream);
+  // Returns cached memory (unused chunks and idle mappings) to the backend.
+  void empty_cache();
+  // Hands frees whose stream work has completed back to the shared pool
+  // (the allocation slow path does this by itself); never waits.
+  void process_pending_frees();
+
+  Stats stats() const;
+  void reset_peak_stats();
+  const Config& config() const;
+  const char* backend_name() const;
+  int device() const;
+  std::size_t capacity() const;
+  std::size_t granularity() const;
+  // Requested size of a live allocation; throws misuse for unknown pointers.
+  std::size_t allocation_size(const void* ptr) const;
+
+  void add_observer(Observer* observer);
+  void remove_observer(Observer* observer);
+
+  // Streams of this allocator's backend (host streams on the HostBackend).
+  Stream create_stream();
+  void destroy_stream(Stream stream);
+  // Checks every internal invariant; returns an empty string when all hold,
+  // else a description of the first one broken. For tests and debug builds.
+  std::string check_invariants() const;
+
+  Backend& backend();
+  AllocatorImpl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<AllocatorImpl> impl_;
+};
+
+}  // namespace memlake

@@ -1,0 +1,76 @@
+// Allocator configuration. Every field has one row in the option table
+// (src/options.cpp), which also parses MEMLAKE_CONF="key:value,..." and the
+// MEMLAKE_<KEY> environment variables. Sizes accept K/M/G/T suffixes
+// (binary: 2M == 2097152).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace memlake {
+
+enum class BackendKind { automatic, host, cuda };
+enum class MisuseAction { error, abort };
+
+struct Config {
+  BackendKind backend = BackendKind::automatic;  // auto: cuda if a GPU is present, else host
+  int device = 0;
+
+  // Physical capacity. 0 means the backend's default (host: 80 GiB;
+  // cuda: free device memory at start). capacity_fraction, when > 0, takes
+  // that share of the device's total memory instead.
+  std::size_t capacity = 0;
+  double capacity_fraction = 0.0;
+
+  // HostBackend only: chunk granularity and simulated VMM latencies (the
+  // H200 costs measured in DESIGN.md), so costs on the CPU resemble the GPU's.
+  std::size_t host_granularity = std::size_t{2} << 20;
+  bool host_simulate_latency = false;
+
+  // Requests up to this size are packed into free space of chunks already in
+  // use before any chunk is taken for them.
+  std::size_t small_max = std::size_t{1} << 20;
+  // Largest chunk created at once; larger requests get several chunks. Small
+  // chunks combine freely when stitched (the handle is the unit), large ones
+  // cost fewer handles per mapping: on the bundled traces 2-8 MiB keeps
+  // utilization within 0.1% of 2 MiB chunks, 32 MiB loses up to 4%.
+  std::size_t max_chunk = std::size_t{8} << 20;
+  // A cached block may be this much larger than the request (as a fraction
+  // of the request) and still count as a fit.
+  double fit_slack = 0.125;
+  // Idle mapped segments are kept while all mapped virtual bytes stay below
+  // (1 + stitch_cache_ratio) * reserved bytes; beyond that the least recently
+  // used idle ones are unmapped.
+  double stitch_cache_ratio = 1.0;
+  // Upper bound on chunks combined into one stitched range (a stitch costs
+  // ~25 us per chunk on an H200).
+  std::size_t max_stitch_chunks = 64;
+
+  // Stream order: let a stream take another stream's pending free block by
+  // a GPU-side wait on its event instead of asking for new memory.
+  bool cross_stream_wait = true;
+  // Frees recorded on one stream share one event per batch.
+  std::size_t free_batch = 32;
+
+  // What happens on a bad free / unknown pointer: return an error (the C API
+  // sets memlake_last_error, C++ throws memlake::misuse) or abort with a
+  // report.
+  MisuseAction on_misuse = MisuseAction::error;
+
+  // Parses "key:value,key:value" on top of this config. Throws config_error
+  // naming the key or value at fault.
+  void apply(std::string_view conf);
+  // Defaults, then MEMLAKE_<KEY> variables, then MEMLAKE_CONF.
+  static Config from_env();
+  static Config parse(std::string_view conf) {
+    Config c;
+    c.apply(conf);
+    return c;
+  }
+  // "key:value" lines of every option, with help text.
+  std::string describe() const;
+};
+
+}  // namespace memlake

@@ -1,0 +1,59 @@
+// Allocator statistics, declared once. Each entry is (name, kind, help):
+// `gauge` fields have a current value and a peak; `counter` fields only grow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+// clang-format off
+#define MEMLAKE_STAT_FIELDS(X)                                                                  \
+  X(live_bytes,              gauge,   "bytes handed out to callers (rounded sizes)")           \
+  X(requested_bytes,         gauge,   "bytes handed out as the callers asked for them")        \
+  X(reserved_bytes,          gauge,   "physical bytes held in chunks")                         \
+  X(mapped_bytes,            gauge,   "virtual bytes mapped over chunks, all segments")        \
+  X(stitched_bytes,          gauge,   "virtual bytes of stitched segments (sBlocks)")          \
+  X(chunks,                  gauge,   "physical chunks held")                                  \
+  X(segments,                gauge,   "mapped virtual ranges (pBlocks and sBlocks)")           \
+  X(cached_segments,         gauge,   "segments with no live allocation, kept mapped")         \
+  X(pending_free_bytes,      gauge,   "bytes freed on a stream whose events are not complete") \
+  X(allocs,                  counter, "successful allocations")                                \
+  X(frees,                   counter, "frees")                                                 \
+  X(path_stream_cache,       counter, "allocations served from the same stream's pending frees")\
+  X(path_exact,              counter, "allocations served by an exact fit")                    \
+  X(path_split,              counter, "allocations carved from free space in a larger block")  \
+  X(path_stitch,             counter, "allocations that stitched existing chunks")             \
+  X(path_new,                counter, "allocations that created new chunks")                   \
+  X(path_reclaim,            counter, "allocations that succeeded after reclaim and retry")    \
+  X(ooms,                    counter, "allocations that failed with out of memory")            \
+  X(stitches,                counter, "stitched segments built")                               \
+  X(evictions,               counter, "cached segments unmapped by the cache budget")          \
+  X(chunks_created,          counter, "physical chunks created")                               \
+  X(chunks_released,         counter, "physical chunks released")                              \
+  X(vmm_calls,               counter, "VMM calls of any kind, on any thread")                  \
+  X(critical_path_vmm_calls, counter, "VMM calls made inside malloc/free on the caller thread")\
+  X(worker_vmm_calls,        counter, "VMM calls made by the background worker")               \
+  X(events_recorded,         counter, "stream events recorded for deferred frees")             \
+  X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
+  X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \
+  X(misuse_errors,           counter, "bad frees and other misuse reported")
+// clang-format on
+
+namespace memlake {
+
+struct StatValue {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+};
+
+// A snapshot of all statistics. Counters use `current` only (peak == current).
+struct Stats {
+  static constexpr int kVersion = 1;
+#define MEMLAKE_STAT_MEMBER(name, kind, help) StatValue name;
+  MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_MEMBER)
+#undef MEMLAKE_STAT_MEMBER
+
+  // {"version":1,"live_bytes":{"current":..,"peak":..},...}
+  std::string to_json() const;
+};
+
+}  // namespace memlake

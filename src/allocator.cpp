@@ -1,0 +1,401 @@
+// The allocator's front end: locking, caller-facing bookkeeping, the
+// allocation ladder across scheduler and lake, errors and stats.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include "allocator_impl.hpp"
+#include "backend/make_backend.hpp"
+
+namespace memlake {
+
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+void gauge(StatValue& v, std::int64_t delta) {
+  v.current += delta;
+  if (v.current > v.peak) v.peak = v.current;
+}
+
+std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, CountingBackend** out) {
+  if (!backend) throw error("memlake: no backend given");
+  auto counting = std::make_unique<CountingBackend>(std::move(backend));
+  *out = counting.get();
+  return counting;
+}
+
+lake::LakeOptions lake_options(const Config& c, const Backend& b) {
+  lake::LakeOptions o;
+  o.granularity = b.granularity();
+  o.capacity = c.capacity != 0 ? std::min(c.capacity, b.capacity()) : b.capacity();
+  o.small_max = c.small_max;
+  o.max_chunk = std::max(c.max_chunk, o.granularity);
+  o.fit_slack = c.fit_slack;
+  o.stitch_cache_ratio = c.stitch_cache_ratio;
+  o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);
+  return o;
+}
+
+std::string gib(std::size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu bytes (%.2f GiB)", bytes,
+                static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+
+void fix_gauge(StatValue&) {}
+void fix_counter(StatValue& v) {
+  v.peak = v.current;
+}
+
+}  // namespace
+
+AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
+    : config_(config),
+      backend_(wrap_counting(std::move(backend), &counting_)),
+      lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
+      scheduler_(*backend_, stats_, config_.free_batch) {}
+
+AllocatorImpl::~AllocatorImpl() {
+  std::lock_guard lock(mutex_);
+  // Pending frees hold lake blocks; once the allocator goes, so does the
+  // lake, and every chunk is released with it.
+}
+
+std::size_t AllocatorImpl::reuse_limit(std::size_t size) const {
+  if (size <= config_.small_max) return size;
+  const std::size_t g = lake_.granularity();
+  return size + static_cast<std::size_t>(static_cast<double>(size) * config_.fit_slack) / g * g;
+}
+
+void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
+  std::lock_guard lock(mutex_);
+  CriticalPathScope critical;
+  if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
+    const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
+    StreamScheduler::Block b;
+    if (scheduler_.take_same_stream(stream, size, reuse_limit(size), &b))
+      return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
+  }
+  return allocate_slow(bytes, stream);
+}
+
+void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
+  if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
+  if (!scheduler_.known_stream(stream)) {
+    ++stats_.misuse_errors.current;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "unknown stream %p: not a stream of this allocator's %s backend",
+                  stream, backend_->name());
+    misuse(buf);
+  }
+  const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
+  // Frees whose work has completed are memory for everyone: hand them to the
+  // lake before it looks for space.
+  scheduler_.close_open_batches();
+  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false);
+  if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
+  StreamScheduler::Block b;
+  if (config_.cross_stream_wait &&
+      scheduler_.take_cross_stream(stream, size, reuse_limit(size), &b))
+    return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
+  r = lake_.allocate(bytes, /*allow_new=*/true);
+  if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
+  // Reclaim: unmap cached ranges and release unused chunks, then retry once.
+  lake_.reclaim();
+  r = lake_.allocate(bytes, /*allow_new=*/true);
+  if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, AllocPath::reclaim);
+  out_of_memory(bytes, stream);
+}
+
+void* AllocatorImpl::hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
+                              AllocPath path) {
+  live_.emplace(ptr, LiveBlock{size, requested, stream, {}});
+  ++stats_.allocs.current;
+  switch (path) {
+    case AllocPath::stream_cache:
+      ++stats_.path_stream_cache.current;
+      break;
+    case AllocPath::exact:
+      ++stats_.path_exact.current;
+      break;
+    case AllocPath::split:
+      ++stats_.path_split.current;
+      break;
+    case AllocPath::stitch:
+      ++stats_.path_stitch.current;
+      break;
+    case AllocPath::fresh:
+      ++stats_.path_new.current;
+      break;
+    case AllocPath::reclaim:
+      ++stats_.path_reclaim.current;
+      break;
+  }
+  gauge(stats_.live_bytes, static_cast<std::int64_t>(size));
+  gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
+  void* p = reinterpret_cast<void*>(ptr);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_alloc(p, requested, stream, path); });
+  if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
+  return p;
+}
+
+void AllocatorImpl::release_to_lake(const StreamScheduler::Block& b) {
+  lake_.free(b.ptr);
+}
+
+void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(mutex_);
+  CriticalPathScope critical;
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  auto it = live_.find(key);
+  if (MEMLAKE_UNLIKELY(it == live_.end())) {
+    ++stats_.misuse_errors.current;
+    if (scheduler_.is_pending(key)) {
+      char buf[160];
+      std::snprintf(
+          buf, sizeof buf,
+          "double free of %p: it was freed already (that free is still pending on its stream)",
+          ptr);
+      misuse(buf);
+    }
+    misuse(lake_.diagnose_bad_pointer(key));
+  }
+  if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
+    ++stats_.misuse_errors.current;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "size mismatch freeing %p: %zu bytes given, the block has %zu",
+                  ptr, bytes, it->second.requested);
+    misuse(buf);
+  }
+  if (MEMLAKE_UNLIKELY(!scheduler_.known_stream(stream))) {
+    ++stats_.misuse_errors.current;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "unknown stream %p given to free %p", stream, ptr);
+    misuse(buf);
+  }
+  LiveBlock block = std::move(it->second);
+  live_.erase(it);
+  ++stats_.frees.current;
+  gauge(stats_.live_bytes, -static_cast<std::int64_t>(block.size));
+  gauge(stats_.requested_bytes, -static_cast<std::int64_t>(block.requested));
+  // A block freed on another stream than its own was used on both.
+  if (block.stream != stream && std::find(block.also_used_on.begin(), block.also_used_on.end(),
+                                          block.stream) == block.also_used_on.end())
+    block.also_used_on.push_back(block.stream);
+  std::erase(block.also_used_on, stream);
+  scheduler_.defer({key, block.size}, stream, block.also_used_on);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
+  if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
+}
+
+void AllocatorImpl::record_stream(void* ptr, Stream stream) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) {
+    ++stats_.misuse_errors.current;
+    misuse("record_stream: " + lake_.diagnose_bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  }
+  if (!scheduler_.known_stream(stream)) {
+    ++stats_.misuse_errors.current;
+    misuse("record_stream: unknown stream");
+  }
+  LiveBlock& b = it->second;
+  if (stream != b.stream &&
+      std::find(b.also_used_on.begin(), b.also_used_on.end(), stream) == b.also_used_on.end())
+    b.also_used_on.push_back(stream);
+}
+
+void AllocatorImpl::process_pending_frees() {
+  std::lock_guard lock(mutex_);
+  scheduler_.close_open_batches();
+  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+}
+
+void AllocatorImpl::empty_cache() {
+  std::lock_guard lock(mutex_);
+  scheduler_.close_open_batches();
+  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  lake_.reclaim();
+}
+
+void AllocatorImpl::misuse(const std::string& message) const {
+  if (config_.on_misuse == MisuseAction::abort) {
+    std::fprintf(stderr, "memlake: fatal misuse: %s\n", message.c_str());
+    std::abort();
+  }
+  throw memlake::misuse("memlake: " + message);
+}
+
+void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
+  ++stats_.ooms.current;
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_oom(bytes, stream); });
+  std::string msg = "memlake: out of memory on device " + std::to_string(backend_->device()) +
+                    " (" + backend_->name() + "): requested " + gib(bytes);
+  if (bytes > lake_.capacity()) msg += ", more than the whole capacity";
+  msg += "; live " + gib(static_cast<std::size_t>(stats_.live_bytes.current)) + ", reserved " +
+         gib(static_cast<std::size_t>(stats_.reserved_bytes.current)) + ", largest free block " +
+         gib(lake_.largest_free_block()) + ", free in unused chunks " +
+         gib(lake_.free_chunk_bytes()) + ", pending frees " + gib(scheduler_.pending_bytes()) +
+         ", capacity " + gib(lake_.capacity());
+  throw memlake::out_of_memory(msg, bytes);
+}
+
+Stats AllocatorImpl::stats() const {
+  std::lock_guard lock(mutex_);
+  Stats s = stats_;
+  s.vmm_calls.current = static_cast<std::int64_t>(counting_->total());
+  s.critical_path_vmm_calls.current = static_cast<std::int64_t>(counting_->critical_path());
+  s.worker_vmm_calls.current = static_cast<std::int64_t>(counting_->worker());
+#define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
+  MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
+#undef MEMLAKE_FIX_STAT
+  return s;
+}
+
+void AllocatorImpl::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+#define MEMLAKE_RESET_PEAK(name, kind, help) stats_.name.peak = stats_.name.current;
+  MEMLAKE_STAT_FIELDS(MEMLAKE_RESET_PEAK)
+#undef MEMLAKE_RESET_PEAK
+}
+
+std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) misuse(lake_.diagnose_bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  return it->second.requested;
+}
+
+void AllocatorImpl::add_observer(Observer* o) {
+  std::lock_guard lock(mutex_);
+  observers_.add(o);
+}
+
+void AllocatorImpl::remove_observer(Observer* o) {
+  std::lock_guard lock(mutex_);
+  observers_.remove(o);
+}
+
+Stream AllocatorImpl::create_stream() {
+  StreamHandle s = nullptr;
+  if (backend_->stream_create(&s) != Status::ok)
+    throw backend_error("memlake: stream_create failed: " + backend_->last_error());
+  return s;
+}
+
+void AllocatorImpl::destroy_stream(Stream stream) {
+  {
+    std::lock_guard lock(mutex_);
+    scheduler_.forget_stream(stream);
+  }
+  if (backend_->stream_destroy(stream) != Status::ok)
+    throw backend_error("memlake: stream_destroy failed: " + backend_->last_error());
+}
+
+std::string AllocatorImpl::check_invariants() const {
+  std::lock_guard lock(mutex_);
+  std::string err = lake_.check_invariants();
+  std::size_t live = 0;
+  for (const auto& [ptr, b] : live_) live += b.size;
+  if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)
+    err += "live bytes disagree with the stats; ";
+  if (live + scheduler_.pending_bytes() != lake_.allocated_bytes())
+    err += "live + pending bytes disagree with the lake's allocated bytes; ";
+  return err;
+}
+
+void AllocatorImpl::check_debug() const {
+  // Called with the lock held: inline the checks that check_invariants() does.
+  std::string err = lake_.check_invariants();
+  if (!err.empty()) {
+    std::fprintf(stderr, "memlake: invariant broken: %s\n", err.c_str());
+    std::abort();
+  }
+}
+
+std::vector<std::pair<DevicePtr, std::size_t>> AllocatorImpl::aliases(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) return {};
+  return lake_.aliases(it->first, it->second.size);
+}
+
+// ---- memlake::Allocator --------------------------------------------------
+
+Allocator::Allocator(const Config& config)
+    : impl_(std::make_unique<AllocatorImpl>(config, make_backend(config))) {}
+Allocator::Allocator(const Config& config, std::unique_ptr<Backend> backend)
+    : impl_(std::make_unique<AllocatorImpl>(config, std::move(backend))) {}
+Allocator::~Allocator() = default;
+
+void* Allocator::allocate(std::size_t bytes, Stream stream) {
+  return impl_->allocate(bytes, stream);
+}
+void Allocator::deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  impl_->deallocate(ptr, bytes, stream);
+}
+void Allocator::record_stream(void* ptr, Stream stream) {
+  impl_->record_stream(ptr, stream);
+}
+void Allocator::empty_cache() {
+  impl_->empty_cache();
+}
+void Allocator::process_pending_frees() {
+  impl_->process_pending_frees();
+}
+Stats Allocator::stats() const {
+  return impl_->stats();
+}
+void Allocator::reset_peak_stats() {
+  impl_->reset_peak_stats();
+}
+const Config& Allocator::config() const {
+  return impl_->config();
+}
+const char* Allocator::backend_name() const {
+  return impl_->backend().name();
+}
+int Allocator::device() const {
+  return impl_->backend().device();
+}
+std::size_t Allocator::capacity() const {
+  const Config& c = impl_->config();
+  const std::size_t b = impl_->backend().capacity();
+  return c.capacity != 0 ? std::min(c.capacity, b) : b;
+}
+std::size_t Allocator::granularity() const {
+  return impl_->backend().granularity();
+}
+std::size_t Allocator::allocation_size(const void* ptr) const {
+  return impl_->allocation_size(ptr);
+}
+void Allocator::add_observer(Observer* observer) {
+  impl_->add_observer(observer);
+}
+void Allocator::remove_observer(Observer* observer) {
+  impl_->remove_observer(observer);
+}
+Stream Allocator::create_stream() {
+  return impl_->create_stream();
+}
+void Allocator::destroy_stream(Stream stream) {
+  impl_->destroy_stream(stream);
+}
+std::string Allocator::check_invariants() const {
+  return impl_->check_invariants();
+}
+Backend& Allocator::backend() {
+  return impl_->backend();
+}
+
+}  // namespace memlake

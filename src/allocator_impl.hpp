@@ -1,0 +1,84 @@
+// AllocatorImpl: one device's allocator. It holds the lock, tracks what the
+// caller holds (live blocks with their streams), and drives the layers below:
+// the stream scheduler for deferred frees and the lake for memory.
+//
+// malloc fast path: same-stream reuse of a block freed on the caller's
+// stream (no system call, no event). Slow path (MEMLAKE_NOINLINE):
+// retire completed frees -> lake without new memory -> another stream's
+// pending block by a GPU-side wait -> lake with new memory -> reclaim and
+// retry -> out_of_memory.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/adaptors/counting_backend.hpp"
+#include "backend/backend.hpp"
+#include "lake/lake.hpp"
+#include "memlake/allocator.hpp"
+#include "observers.hpp"
+#include "stream/scheduler.hpp"
+
+namespace memlake {
+
+class AllocatorImpl {
+ public:
+  AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend);
+  ~AllocatorImpl();
+
+  void* allocate(std::size_t bytes, Stream stream);
+  void deallocate(void* ptr, std::size_t bytes, Stream stream);
+  void record_stream(void* ptr, Stream stream);
+  void empty_cache();
+  void process_pending_frees();
+
+  Stats stats() const;
+  void reset_peak_stats();
+  const Config& config() const { return config_; }
+  Backend& backend() { return *counting_; }
+  const Backend& backend() const { return *counting_; }
+  std::size_t allocation_size(const void* ptr) const;
+  void add_observer(Observer* o);
+  void remove_observer(Observer* o);
+  Stream create_stream();
+  void destroy_stream(Stream stream);
+  std::string check_invariants() const;
+  // Other addresses showing the bytes of a live block (tests of stitching).
+  std::vector<std::pair<DevicePtr, std::size_t>> aliases(const void* ptr) const;
+  // For diagnostics and tests; the caller must not run allocations meanwhile.
+  const lake::Lake& lake() const { return lake_; }
+  const StreamScheduler& scheduler() const { return scheduler_; }
+
+ private:
+  struct LiveBlock {
+    std::size_t size = 0;       // the lake block's rounded size
+    std::size_t requested = 0;  // as asked
+    Stream stream = nullptr;
+    std::vector<Stream> also_used_on;
+  };
+
+  MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream);
+  void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
+                 AllocPath path);
+  [[noreturn]] void misuse(const std::string& message) const;
+  [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
+  void release_to_lake(const StreamScheduler::Block& b);
+  std::size_t reuse_limit(std::size_t size) const;
+  void check_debug() const;
+
+  Config config_;
+  CountingBackend* counting_ = nullptr;  // owned through backend_
+  std::unique_ptr<Backend> backend_;
+  mutable std::mutex mutex_;
+  mutable Stats stats_;
+  ObserverList observers_;
+  lake::Lake lake_;
+  StreamScheduler scheduler_;
+  std::unordered_map<DevicePtr, LiveBlock> live_;
+};
+
+}  // namespace memlake

@@ -1,0 +1,78 @@
+// CountingBackend: counts every VMM call on its way upstream, in total and by
+// who made it: a thread inside an allocator call (CriticalPathScope, put in
+// malloc/free by the allocator) or a background worker (WorkerThreadScope).
+// In the steady state the critical-path count should not move: DESIGN.md,
+// "Off the critical path".
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "backend/adaptors/backend_adaptor.hpp"
+
+namespace memlake {
+
+namespace detail {
+inline thread_local int t_critical_path_depth = 0;
+inline thread_local int t_worker_depth = 0;
+}  // namespace detail
+
+// Marks the calling thread as inside an allocator call (malloc/free) for as
+// long as the scope lives. Nests.
+class CriticalPathScope {
+ public:
+  CriticalPathScope() noexcept { ++detail::t_critical_path_depth; }
+  ~CriticalPathScope() { --detail::t_critical_path_depth; }
+  CriticalPathScope(const CriticalPathScope&) = delete;
+  CriticalPathScope& operator=(const CriticalPathScope&) = delete;
+  static bool active() noexcept { return detail::t_critical_path_depth > 0; }
+};
+
+// Marks the calling thread as a background worker for the scope's lifetime.
+class WorkerThreadScope {
+ public:
+  WorkerThreadScope() noexcept { ++detail::t_worker_depth; }
+  ~WorkerThreadScope() { --detail::t_worker_depth; }
+  WorkerThreadScope(const WorkerThreadScope&) = delete;
+  WorkerThreadScope& operator=(const WorkerThreadScope&) = delete;
+  static bool active() noexcept { return detail::t_worker_depth > 0; }
+};
+
+class CountingBackend final : public BackendAdaptor {
+ public:
+  explicit CountingBackend(std::unique_ptr<Backend> upstream);
+
+  Status reserve(std::size_t size, DevicePtr* va) override;
+  Status unreserve(DevicePtr va, std::size_t size) override;
+  Status create_chunk(std::size_t size, ChunkHandle* chunk) override;
+  Status release_chunk(ChunkHandle chunk) override;
+  Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
+  Status unmap(DevicePtr va, std::size_t size) override;
+  Status set_access(DevicePtr va, std::size_t size) override;
+
+  // Calls made (successful or not) since construction or reset().
+  std::uint64_t calls(VmmOp op) const;
+  std::uint64_t total() const;
+  std::uint64_t critical_path() const;  // made inside a CriticalPathScope
+  std::uint64_t critical_path(VmmOp op) const;
+  std::uint64_t worker() const;  // made inside a WorkerThreadScope
+  std::uint64_t worker(VmmOp op) const;
+  void reset();
+
+ private:
+  static constexpr std::size_t kOps = static_cast<std::size_t>(VmmOp::count);
+  using Counters = std::array<std::atomic<std::uint64_t>, kOps>;
+
+  void count(VmmOp op);
+  static std::uint64_t sum(const Counters& c);
+
+  Counters calls_{};
+  Counters critical_{};
+  Counters worker_{};
+};
+
+static_assert(IsBackend<CountingBackend>);
+
+}  // namespace memlake

@@ -1,0 +1,108 @@
+// Names of statuses and VMM operations, and the shared backend helpers
+// declared in backend_detail.hpp (error slot, formatting, latency spin).
+#include "backend/backend.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <thread>
+
+#include "backend/backend_detail.hpp"
+
+namespace memlake {
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::ok:
+      return "ok";
+    case Status::out_of_memory:
+      return "out_of_memory";
+    case Status::out_of_va:
+      return "out_of_va";
+    case Status::not_ready:
+      return "not_ready";
+    case Status::invalid_argument:
+      return "invalid_argument";
+    case Status::not_supported:
+      return "not_supported";
+    case Status::error:
+      return "error";
+  }
+  return "unknown_status";
+}
+
+const char* vmm_op_name(VmmOp op) {
+  switch (op) {
+    case VmmOp::reserve:
+      return "reserve";
+    case VmmOp::unreserve:
+      return "unreserve";
+    case VmmOp::create:
+      return "create";
+    case VmmOp::release:
+      return "release";
+    case VmmOp::map:
+      return "map";
+    case VmmOp::unmap:
+      return "unmap";
+    case VmmOp::set_access:
+      return "set_access";
+    case VmmOp::count:
+      break;
+  }
+  return "unknown_op";
+}
+
+namespace detail {
+namespace {
+
+thread_local std::string t_last_error;
+
+std::string vformat(const char* format, std::va_list args) {
+  std::va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  if (n <= 0) return {};
+  std::string out(static_cast<std::size_t>(n), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, format, args);
+  return out;
+}
+
+}  // namespace
+
+void set_last_error(std::string message) {
+  t_last_error = std::move(message);
+}
+
+const std::string& thread_last_error() {
+  return t_last_error;
+}
+
+Status fail(Status status, const char* format, ...) {
+  std::va_list args;
+  va_start(args, format);
+  t_last_error = vformat(format, args);
+  va_end(args);
+  return status;
+}
+
+std::string format(const char* format, ...) {
+  std::va_list args;
+  va_start(args, format);
+  std::string out = vformat(format, args);
+  va_end(args);
+  return out;
+}
+
+void spin_for(std::chrono::nanoseconds d) {
+  using clock = std::chrono::steady_clock;
+  if (d <= std::chrono::nanoseconds::zero()) return;
+  const auto deadline = clock::now() + d;
+  constexpr auto kSleepAbove = std::chrono::microseconds(500);
+  if (d > kSleepAbove) std::this_thread::sleep_for(d - kSleepAbove / 2);
+  while (clock::now() < deadline) {
+  }
+}
+
+}  // namespace detail
+}  // namespace memlake

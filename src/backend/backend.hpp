@@ -1,0 +1,103 @@
+// The backend is memlake's platform layer: the only code that talks to memory
+// hardware or a driver. Everything above it (lake, stream scheduler, worker)
+// speaks in virtual ranges, physical chunks and opaque stream/event handles.
+//
+// Contract (the CUDA VMM contract, which HostBackend reproduces on the CPU):
+//  - reserve() returns a virtual range that is not accessible until chunks are
+//    mapped into it and set_access() is called on the mapped range.
+//  - A chunk is one physical allocation of a multiple of granularity(). It is
+//    mapped whole (offset 0, its full size) at a granularity-aligned address.
+//  - One chunk may be mapped at several addresses at once; all of them show the
+//    same bytes.
+//  - unmap() makes the range inaccessible again; the chunk lives on until
+//    release_chunk(). A chunk may be released while still mapped; its memory
+//    is returned once the last mapping is gone (as cuMemRelease does).
+//  - Stream work is ordered per stream. event_record() marks the current tail
+//    of a stream; event_query() says whether everything before it has run.
+//
+// Functions return Status and never throw. On failure, last_error() holds a
+// message naming the call and the cause (for CUDA, the CUresult name); it is
+// per thread, like errno. Every method is safe to call from several threads.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace memlake {
+
+enum class Status : int {
+  ok = 0,
+  out_of_memory,     // physical memory (or capacity) exhausted
+  out_of_va,         // virtual address space could not be reserved
+  not_ready,         // event_query: work before the event is still pending
+  invalid_argument,  // misaligned size/address, unknown handle
+  not_supported,     // the backend cannot do this (e.g. no GPU present)
+  error,             // anything else; see last_error()
+};
+
+const char* status_name(Status s);
+
+using DevicePtr = std::uintptr_t;   // an address in the backend's virtual space
+using ChunkHandle = std::uint64_t;  // one physical allocation
+using StreamHandle = void*;         // nullptr is the default stream
+using EventHandle = void*;
+using HostFn = void (*)(void* user);  // work enqueued on a stream
+
+// What kind of VMM call, for counters, latency simulation and fault injection.
+enum class VmmOp : int { reserve, unreserve, create, release, map, unmap, set_access, count };
+const char* vmm_op_name(VmmOp op);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual int device() const = 0;
+  // Allocation granularity of chunks and of mapping addresses (2 MiB on H200).
+  virtual std::size_t granularity() const = 0;
+  // Physical bytes this backend may have created at once.
+  virtual std::size_t capacity() const = 0;
+  // Physical bytes currently created and not yet released.
+  virtual std::size_t physical_bytes() const = 0;
+
+  // --- virtual memory -----------------------------------------------------
+  virtual Status reserve(std::size_t size, DevicePtr* va) = 0;
+  virtual Status unreserve(DevicePtr va, std::size_t size) = 0;
+  virtual Status create_chunk(std::size_t size, ChunkHandle* chunk) = 0;
+  virtual Status release_chunk(ChunkHandle chunk) = 0;
+  virtual Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) = 0;
+  virtual Status unmap(DevicePtr va, std::size_t size) = 0;
+  // Grants read/write access over [va, va+size), which may span several
+  // mapped chunks: one call per mapped range, since the cost is per handle.
+  virtual Status set_access(DevicePtr va, std::size_t size) = 0;
+
+  // --- streams and events -------------------------------------------------
+  virtual Status stream_create(StreamHandle* stream) = 0;
+  virtual Status stream_destroy(StreamHandle stream) = 0;
+  virtual Status event_create(EventHandle* event) = 0;
+  virtual Status event_destroy(EventHandle event) = 0;
+  virtual Status event_record(EventHandle event, StreamHandle stream) = 0;
+  // ok when complete, not_ready when pending, another status on error.
+  virtual Status event_query(EventHandle event) = 0;
+  // GPU-side dependency: later work on `stream` waits for `event`. The host
+  // does not wait.
+  virtual Status stream_wait_event(StreamHandle stream, EventHandle event) = 0;
+  virtual Status launch_host_func(StreamHandle stream, HostFn fn, void* user) = 0;
+  // Blocks the calling thread. Never called from malloc/free; for tests,
+  // tools and shutdown only.
+  virtual Status stream_synchronize(StreamHandle stream) = 0;
+  virtual Status stream_is_capturing(StreamHandle stream, bool* capturing) = 0;
+
+  virtual std::string last_error() const = 0;
+};
+
+// Static check for concrete backends, in the spirit of a platform concept.
+template <class B>
+concept IsBackend = std::derived_from<B, Backend> && requires(const B& b) {
+  { b.granularity() } -> std::same_as<std::size_t>;
+  { b.capacity() } -> std::same_as<std::size_t>;
+};
+
+}  // namespace memlake

@@ -1,0 +1,269 @@
+// The C API of memlake.h over memlake::Allocator. It owns the per-process
+// table of allocators (one per device, 0 to 63, created on first allocation
+// from Config::from_env() with `device` set) and turns every exception into
+// a return value plus a per-thread message for memlake_last_error().
+//
+// Every call except memlake_last_error() clears the message on entry, so
+// after a memlake_free() a non-empty memlake_last_error() means that free
+// failed. Allocators are never destroyed at process exit: frees may still
+// arrive from other libraries' static destructors. memlake_shutdown()
+// destroys them; it must not race with other calls.
+#include "memlake/memlake.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "memlake/allocator.hpp"
+#include "memlake/config.hpp"
+#include "memlake/errors.hpp"
+#include "memlake/stats.hpp"
+
+namespace memlake {
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr const char* kShutdownMessage = "memlake: called after memlake_shutdown()";
+
+std::atomic<Allocator*> g_allocators[kMaxDevices];
+std::atomic<bool> g_shut_down{false};
+std::mutex g_table_mutex;
+
+// A fixed buffer rather than a std::string: setting it cannot fail (an
+// out-of-memory report must not need memory) and there is no thread-exit
+// destructor to outlive.
+thread_local char t_last_error[1024];
+
+void set_error(std::string_view message) {
+  const std::size_t n = std::min(message.size(), sizeof t_last_error - 1);
+  std::memcpy(t_last_error, message.data(), n);
+  t_last_error[n] = '\0';
+}
+
+template <class R, class F>
+R guarded(R on_error, F&& body) {
+  t_last_error[0] = '\0';
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    set_error(e.what());
+  } catch (...) {
+    set_error("memlake: unknown exception");
+  }
+  return on_error;
+}
+
+void check_open() {
+  if (g_shut_down.load(std::memory_order_acquire)) throw error(kShutdownMessage);
+}
+
+void check_device(const char* function, int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    throw misuse(std::string(function) + ": bad device " + std::to_string(device) +
+                 " (devices 0 to " + std::to_string(kMaxDevices - 1) + " are supported)");
+  }
+}
+
+// The device's allocator if one was created, else nullptr.
+Allocator* existing(int device) {
+  return g_allocators[device].load(std::memory_order_acquire);
+}
+
+Allocator& get_or_create(int device) {
+  if (Allocator* a = existing(device)) return *a;
+  std::lock_guard lock(g_table_mutex);
+  check_open();
+  if (Allocator* a = g_allocators[device].load(std::memory_order_relaxed)) return *a;
+  std::unique_ptr<Allocator> created;
+  try {
+    Config config = Config::from_env();
+    config.device = device;
+    created = std::make_unique<Allocator>(config);
+  } catch (const error& e) {
+    throw error("memlake: cannot create the allocator for device " + std::to_string(device) +
+                ": " + e.what());
+  }
+  Allocator* a = created.release();
+  g_allocators[device].store(a, std::memory_order_release);
+  return *a;
+}
+
+std::string pointer_text(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+[[noreturn]] void no_allocator(const char* function, const void* ptr, int device) {
+  throw misuse(std::string(function) + ": unknown pointer " + pointer_text(ptr) + ": nothing was " +
+               "allocated on device " + std::to_string(device));
+}
+
+Stats device_stats(int device) {
+  const Allocator* a = existing(device);
+  return a != nullptr ? a->stats() : Stats{};
+}
+
+}  // namespace
+}  // namespace memlake
+
+using namespace memlake;
+
+extern "C" {
+
+void* memlake_malloc(size_t size, int device, void* stream) {
+  return guarded<void*>(nullptr, [&] {
+    check_open();
+    check_device("memlake_malloc", device);
+    return get_or_create(device).allocate(size, stream);
+  });
+}
+
+void memlake_free(void* ptr, size_t size, int device, void* stream) {
+  guarded(0, [&] {
+    check_open();
+    check_device("memlake_free", device);
+    if (ptr == nullptr) return 0;
+    Allocator* a = existing(device);
+    if (a == nullptr) no_allocator("memlake_free", ptr, device);
+    a->deallocate(ptr, size, stream);
+    return 0;
+  });
+}
+
+int memlake_record_stream(void* ptr, int device, void* stream) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_record_stream", device);
+    Allocator* a = existing(device);
+    if (a == nullptr) no_allocator("memlake_record_stream", ptr, device);
+    a->record_stream(ptr, stream);
+    return 0;
+  });
+}
+
+int memlake_empty_cache(int device) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_empty_cache", device);
+    if (Allocator* a = existing(device)) a->empty_cache();
+    return 0;
+  });
+}
+
+int memlake_get_stats(int device, memlake_stats* out) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_get_stats", device);
+    if (out == nullptr) throw misuse("memlake_get_stats: out is NULL");
+    if (out->version != MEMLAKE_STATS_VERSION) {
+      throw misuse("memlake_get_stats: stats version " + std::to_string(out->version) +
+                   " is not supported (this library has version " +
+                   std::to_string(MEMLAKE_STATS_VERSION) + ")");
+    }
+    if (out->size < sizeof(memlake_stats)) {
+      throw misuse("memlake_get_stats: size " + std::to_string(out->size) +
+                   " is smaller than memlake_stats version " +
+                   std::to_string(MEMLAKE_STATS_VERSION) + " (" +
+                   std::to_string(sizeof(memlake_stats)) + " bytes)");
+    }
+    const Stats s = device_stats(device);
+    out->live_bytes = s.live_bytes.current;
+    out->peak_live_bytes = s.live_bytes.peak;
+    out->reserved_bytes = s.reserved_bytes.current;
+    out->peak_reserved_bytes = s.reserved_bytes.peak;
+    out->mapped_bytes = s.mapped_bytes.current;
+    out->stitched_bytes = s.stitched_bytes.current;
+    out->chunks = s.chunks.current;
+    out->chunks_created = s.chunks_created.current;
+    out->chunks_released = s.chunks_released.current;
+    out->allocs = s.allocs.current;
+    out->frees = s.frees.current;
+    out->path_stream_cache = s.path_stream_cache.current;
+    out->path_exact = s.path_exact.current;
+    out->path_split = s.path_split.current;
+    out->path_stitch = s.path_stitch.current;
+    out->path_new = s.path_new.current;
+    out->path_reclaim = s.path_reclaim.current;
+    out->ooms = s.ooms.current;
+    out->stitches = s.stitches.current;
+    out->evictions = s.evictions.current;
+    out->vmm_calls = s.vmm_calls.current;
+    out->critical_path_vmm_calls = s.critical_path_vmm_calls.current;
+    out->worker_vmm_calls = s.worker_vmm_calls.current;
+    out->host_waits = s.host_waits.current;
+    out->cross_stream_waits = s.cross_stream_waits.current;
+    out->misuse_errors = s.misuse_errors.current;
+    return 0;
+  });
+}
+
+int memlake_get_stats_json(int device, char* buf, size_t len) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_get_stats_json", device);
+    if (buf == nullptr && len != 0) throw misuse("memlake_get_stats_json: buf is NULL, len is not 0");
+    const std::string json = device_stats(device).to_json();
+    if (json.size() > static_cast<std::size_t>(INT_MAX))
+      throw error("memlake_get_stats_json: the JSON does not fit an int");
+    if (len != 0) {
+      const std::size_t n = std::min(len - 1, json.size());
+      std::memcpy(buf, json.data(), n);
+      buf[n] = '\0';
+    }
+    return static_cast<int>(json.size());
+  });
+}
+
+void memlake_reset_peak_stats(int device) {
+  guarded(0, [&] {
+    check_open();
+    check_device("memlake_reset_peak_stats", device);
+    if (Allocator* a = existing(device)) a->reset_peak_stats();
+    return 0;
+  });
+}
+
+const char* memlake_last_error(void) {
+  return t_last_error;
+}
+
+void memlake_options_print(void) {
+  const int rc = guarded(-1, [&] {
+    check_open();
+    std::string text;
+    for (int d = 0; d < kMaxDevices; ++d) {
+      const Allocator* a = existing(d);
+      if (a == nullptr) continue;
+      text += "memlake: device " + std::to_string(d) + ", backend " + a->backend_name() +
+              ", capacity " + std::to_string(a->capacity()) + " bytes, granularity " +
+              std::to_string(a->granularity()) + " bytes\n";
+      text += a->config().describe();
+    }
+    if (text.empty()) {
+      text = "memlake: no allocator yet; options from the environment:\n" +
+             Config::from_env().describe();
+    }
+    std::fputs(text.c_str(), stderr);
+    return 0;
+  });
+  if (rc != 0) std::fprintf(stderr, "%s\n", t_last_error);
+}
+
+void memlake_shutdown(void) {
+  guarded(0, [&] {
+    std::lock_guard lock(g_table_mutex);
+    if (g_shut_down.exchange(true, std::memory_order_acq_rel)) throw error(kShutdownMessage);
+    for (auto& slot : g_allocators) delete slot.exchange(nullptr, std::memory_order_acq_rel);
+    return 0;
+  });
+}
+
+}  // extern "C"

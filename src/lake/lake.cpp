@@ -1,0 +1,193 @@
+// Lake lifetime, lookups, reclaim, diagnostics and the invariant check.
+#include "lake/lake.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace memlake::lake {
+
+Lake::Lake(Backend& backend, const LakeOptions& options, Stats& stats, ObserverList& observers)
+    : backend_(backend), options_(options), stats_(stats), observers_(observers) {}
+
+Lake::~Lake() {
+  // Live allocations at destruction are the caller's leak; their memory goes
+  // back to the backend all the same.
+  for (Chunk& c : chunks_) {
+    for (Piece* p = c.pieces; p != nullptr;) {
+      Piece* next = p->next;
+      delete p;
+      p = next;
+    }
+    c.pieces = nullptr;
+  }
+  for (Segment& seg : segments_) {
+    if (!seg.in_use) continue;
+    for (std::size_t i = 0; i < seg.chunks.size(); ++i)
+      backend_.unmap(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
+    backend_.unreserve(seg.va, seg.size);
+  }
+  for (Chunk& c : chunks_) {
+    if (c.in_use) backend_.release_chunk(c.handle);
+  }
+}
+
+const Allocation* Lake::find(DevicePtr ptr) const {
+  auto it = allocations_.find(ptr);
+  return it == allocations_.end() ? nullptr : &it->second;
+}
+
+std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
+  char buf[200];
+  auto it = segment_at_.upper_bound(ptr);
+  if (it != segment_at_.begin()) {
+    --it;
+    const Segment& seg = segments_[it->second];
+    if (ptr < seg.va + seg.size) {
+      std::size_t offset = ptr - seg.va;
+      std::size_t i = 0;
+      while (i + 1 < seg.chunks.size() && seg.offsets[i + 1] <= offset) ++i;
+      const Chunk& c = chunks_[seg.chunks[i]];
+      if (c.owner == it->second) {
+        std::size_t in_chunk = offset - seg.offsets[i];
+        for (const Piece* p = c.pieces; p; p = p->next) {
+          if (in_chunk >= p->offset && in_chunk < p->offset + p->size) {
+            if (p->allocated) {
+              std::snprintf(
+                  buf, sizeof buf,
+                  "interior pointer %#zx: %zu bytes into a live memlake block, not its start",
+                  static_cast<std::size_t>(ptr), in_chunk - p->offset);
+              return buf;
+            }
+            break;
+          }
+        }
+      }
+      std::snprintf(buf, sizeof buf,
+                    "double free of %#zx: it lies in memlake memory that is not allocated "
+                    "(freed already, or never returned by allocate)",
+                    static_cast<std::size_t>(ptr));
+      return buf;
+    }
+  }
+  std::snprintf(buf, sizeof buf, "unknown pointer %#zx: not memory of this memlake allocator",
+                static_cast<std::size_t>(ptr));
+  return buf;
+}
+
+std::size_t Lake::reclaim() {
+  std::vector<SegmentId> victims;
+  for (auto [age, s] : unpinned_by_age_) victims.push_back(s);
+  for (SegmentId s : victims) unmap_segment(s);
+  std::vector<ChunkId> unmapped;
+  for (auto [size, c] : free_chunks_) {
+    if (chunks_[c].mapped_in.empty()) unmapped.push_back(c);
+  }
+  std::size_t released = 0;
+  for (ChunkId c : unmapped) {
+    released += chunks_[c].size;
+    release_chunk(c);
+  }
+  return released;
+}
+
+std::size_t Lake::largest_free_block() const {
+  std::size_t largest = fragments_.empty() ? 0 : (*fragments_.rbegin())->size;
+  if (!idle_by_size_.empty()) largest = std::max(largest, idle_by_size_.rbegin()->first);
+  if (!free_chunks_.empty()) largest = std::max(largest, free_chunks_.rbegin()->first);
+  return largest;
+}
+
+std::vector<std::pair<DevicePtr, std::size_t>> Lake::aliases(DevicePtr ptr,
+                                                             std::size_t size) const {
+  std::vector<std::pair<DevicePtr, std::size_t>> out;
+  const Allocation* a = find(ptr);
+  if (!a) return out;
+  const Segment& seg = segments_[a->segment];
+  std::size_t done = 0;
+  for (std::uint32_t i = a->first_chunk; i < a->first_chunk + a->chunk_count && done < size; ++i) {
+    const Chunk& c = chunks_[seg.chunks[i]];
+    DevicePtr here = seg.va + seg.offsets[i];
+    std::size_t start = (i == a->first_chunk) ? ptr - here : 0;
+    std::size_t len = std::min(c.size - start, size - done);
+    for (SegmentId other : c.mapped_in) {
+      if (other == a->segment) continue;
+      const Segment& o = segments_[other];
+      std::size_t k = 0;
+      while (o.chunks[k] != seg.chunks[i]) ++k;
+      out.emplace_back(o.va + o.offsets[k] + start, len);
+    }
+    done += len;
+  }
+  return out;
+}
+
+std::string Lake::check_invariants() const {
+  std::ostringstream err;
+  std::size_t reserved = 0, free_bytes = 0, fragment_bytes = 0, mapped = 0;
+  for (ChunkId id = 0; id < chunks_.size(); ++id) {
+    const Chunk& c = chunks_[id];
+    if (!c.in_use) continue;
+    reserved += c.size;
+    const bool in_pool = free_chunks_.count({c.size, id}) != 0;
+    if (c.owner == kNone) {
+      if (!in_pool || c.live != 0 || c.pieces) err << "free chunk " << id << " is not clean; ";
+      free_bytes += c.size;
+      continue;
+    }
+    if (in_pool) err << "owned chunk " << id << " is in the free pool; ";
+    if (c.live == 0) err << "owned chunk " << id << " has no live piece; ";
+    const Segment& owner = segments_[c.owner];
+    if (!owner.in_use ||
+        std::find(c.mapped_in.begin(), c.mapped_in.end(), c.owner) == c.mapped_in.end())
+      err << "chunk " << id << " owned by a segment that does not map it; ";
+    std::size_t expect = 0;
+    std::uint32_t allocated = 0;
+    const Piece* prev = nullptr;
+    for (const Piece* p = c.pieces; p; prev = p, p = p->next) {
+      if (p->offset != expect || p->prev != prev || p->chunk != id || p->size % kAlignment)
+        err << "chunk " << id << " pieces do not tile it; ";
+      if (!p->allocated) {
+        if (prev && !prev->allocated) err << "chunk " << id << " has adjacent free pieces; ";
+        if (!fragments_.count(const_cast<Piece*>(p))) err << "free piece missing from the index; ";
+        fragment_bytes += p->size;
+      } else {
+        ++allocated;
+      }
+      expect += p->size;
+    }
+    if (expect != c.size)
+      err << "chunk " << id << " pieces cover " << expect << " of " << c.size << "; ";
+    if (allocated != c.live) err << "chunk " << id << " live count is off; ";
+  }
+  std::size_t idle = 0;
+  for (SegmentId s = 0; s < segments_.size(); ++s) {
+    const Segment& seg = segments_[s];
+    if (!seg.in_use) continue;
+    mapped += seg.size;
+    std::uint32_t busy = 0, owned = 0;
+    for (ChunkId c : seg.chunks) {
+      if (chunks_[c].owner != kNone) ++busy;
+      if (chunks_[c].owner == s) ++owned;
+    }
+    if (busy != seg.busy || owned != seg.owned) err << "segment " << s << " counts are off; ";
+    const bool is_idle = idle_by_size_.count({seg.size, s}) != 0;
+    if (is_idle != (busy == 0)) err << "segment " << s << " idle index is off; ";
+    if ((unpinned_by_age_.count({seg.last_used, s}) != 0) != (owned == 0))
+      err << "segment " << s << " LRU index is off; ";
+    idle += is_idle;
+  }
+  if (reserved != reserved_bytes_ ||
+      static_cast<std::int64_t>(reserved) != stats_.reserved_bytes.current)
+    err << "reserved bytes " << reserved << " disagree with the counters; ";
+  if (free_bytes != free_chunk_bytes_) err << "free chunk bytes disagree; ";
+  if (fragment_bytes != fragment_bytes_) err << "fragment bytes disagree; ";
+  std::size_t indexed = 0;
+  for (const Piece* p : fragments_) indexed += p->size;
+  if (indexed != fragment_bytes) err << "fragment index holds stale pieces; ";
+  if (mapped != mapped_bytes_) err << "mapped bytes disagree; ";
+  if (idle != idle_by_size_.size()) err << "idle index holds stale entries; ";
+  return err.str();
+}
+
+}  // namespace memlake::lake

@@ -1,0 +1,147 @@
+// The lake: one device's physical chunks and the virtual segments over them.
+// It knows nothing of streams (src/stream/ decides when a freed block may be
+// handed to it) and is not thread-safe (the allocator holds its lock).
+//
+// Allocation ladder (strategy.cpp), cheapest first:
+//   small requests: fragment exact/best fit -> then as a one-granule request
+//   others:         idle segment that fits (exact) -> fragment best fit (split)
+//                   -> stitch free chunks (+ new ones for the deficit)
+//                   -> new chunks -> (caller) reclaim and retry -> OOM
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "lake/types.hpp"
+#include "memlake/observer.hpp"
+#include "memlake/stats.hpp"
+#include "observers.hpp"
+
+namespace memlake::lake {
+
+struct LakeOptions {
+  std::size_t granularity = std::size_t{2} << 20;
+  std::size_t capacity = 0;
+  std::size_t small_max = std::size_t{1} << 20;
+  std::size_t max_chunk = std::size_t{8} << 20;
+  double fit_slack = 0.125;
+  double stitch_cache_ratio = 1.0;
+  std::size_t max_stitch_chunks = 64;
+};
+
+struct LakeResult {
+  DevicePtr ptr = 0;  // 0 when no memory could be found
+  AllocPath path = AllocPath::exact;
+  std::size_t size = 0;  // rounded size handed out
+};
+
+class Lake {
+ public:
+  Lake(Backend& backend, const LakeOptions& options, Stats& stats, ObserverList& observers);
+  ~Lake();
+  Lake(const Lake&) = delete;
+  Lake& operator=(const Lake&) = delete;
+
+  // Runs the ladder; ptr == 0 means out of memory (the caller may reclaim and
+  // retry). With allow_new false, no chunk is created (the caller has other
+  // places to look first). Throws backend_error when the backend fails for
+  // another reason.
+  LakeResult allocate(std::size_t requested, bool allow_new = true);
+  // The pointer must be a live allocation (see find()).
+  void free(DevicePtr ptr);
+  const Allocation* find(DevicePtr ptr) const;
+  // Why `ptr` is not a live allocation: "double free ...", "interior pointer
+  // ...", or "unknown pointer ...".
+  std::string diagnose_bad_pointer(DevicePtr ptr) const;
+
+  // Unmaps idle segments and releases free chunks no live segment maps.
+  // Returns the physical bytes released.
+  std::size_t reclaim();
+  std::size_t largest_free_block() const;
+  std::size_t free_chunk_bytes() const { return free_chunk_bytes_; }
+  std::size_t fragment_bytes() const { return fragment_bytes_; }
+  std::size_t allocated_bytes() const { return allocated_bytes_; }  // live blocks, rounded
+  std::size_t capacity() const { return options_.capacity; }
+  std::size_t granularity() const { return options_.granularity; }
+
+  // Every other address at which the bytes of [ptr, ptr+size) can be read
+  // (other segments mapping the same chunks), per chunk-sized run: pairs of
+  // (alias address, length). For tests of stitching.
+  std::vector<std::pair<DevicePtr, std::size_t>> aliases(DevicePtr ptr, std::size_t size) const;
+  std::string check_invariants() const;
+
+ private:
+  // strategy.cpp
+  LakeResult allocate_small(std::size_t size);
+  LakeResult allocate_large(std::size_t size);
+  SegmentId find_idle_segment(std::size_t bytes) const;
+  Piece* find_fragment(std::size_t size) const;
+  SegmentId build_segment_for(std::size_t bytes, bool* stitched);
+  bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen) const;
+  std::size_t slack_for(std::size_t bytes) const;
+
+  // segments.cpp
+  SegmentId map_segment(std::vector<ChunkId> chunks, bool stitched);
+  void unmap_segment(SegmentId s);
+  void enforce_cache_budget(SegmentId keep);
+  ChunkId create_chunk(std::size_t size);  // kNone on OOM
+  void release_chunk(ChunkId c);
+  void claim(ChunkId c, SegmentId s, std::size_t offset_in_segment);
+  void unclaim(ChunkId c);
+  void touch(SegmentId s);
+  void idle_insert(SegmentId s);
+  void idle_erase(SegmentId s);
+
+  // pieces.cpp
+  Piece* carve(Piece* free_piece, std::size_t size);
+  void free_piece(Piece* p);
+  void fragment_insert(Piece* p);
+  void fragment_erase(Piece* p);
+  DevicePtr piece_address(const Piece* p) const;
+  DevicePtr place_on_segment(SegmentId s, std::size_t size, std::size_t requested);
+  DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
+  void record(DevicePtr ptr, const Allocation& a);
+
+  void gauge(StatValue& v, std::int64_t delta);
+  [[noreturn]] void backend_failure(const char* what, Status s) const;
+
+  Backend& backend_;
+  LakeOptions options_;
+  Stats& stats_;
+  ObserverList& observers_;
+
+  std::vector<Chunk> chunks_;
+  std::vector<ChunkId> free_chunk_slots_;
+  std::vector<Segment> segments_;
+  std::vector<SegmentId> free_segment_slots_;
+
+  struct FragmentOrder {
+    bool operator()(const Piece* a, const Piece* b) const {
+      if (a->size != b->size) return a->size < b->size;
+      if (a->chunk != b->chunk) return a->chunk < b->chunk;
+      return a->offset < b->offset;
+    }
+  };
+  std::set<Piece*, FragmentOrder> fragments_;
+  std::set<std::pair<std::size_t, ChunkId>> free_chunks_;          // by size
+  std::set<std::pair<std::size_t, SegmentId>> idle_by_size_;       // busy == 0
+  std::set<std::pair<std::uint64_t, SegmentId>> unpinned_by_age_;  // owned == 0, LRU order
+  std::map<DevicePtr, SegmentId> segment_at_;                      // by base address
+  std::unordered_map<DevicePtr, Allocation> allocations_;
+
+  std::size_t reserved_bytes_ = 0;
+  std::size_t mapped_bytes_ = 0;
+  std::size_t free_chunk_bytes_ = 0;
+  std::size_t fragment_bytes_ = 0;
+  std::size_t allocated_bytes_ = 0;
+  std::uint64_t clock_ = 0;
+  bool allow_new_ = true;  // for the allocate() call in progress
+};
+
+}  // namespace memlake::lake

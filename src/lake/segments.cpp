@@ -1,0 +1,219 @@
+// Chunks and segments: creating and releasing physical chunks, mapping them
+// into virtual ranges (one SetAccess per range), chunk ownership, the idle
+// segment cache and its budget.
+#include <cassert>
+#include <string>
+
+#include "lake/lake.hpp"
+#include "memlake/errors.hpp"
+
+namespace memlake::lake {
+
+void Lake::gauge(StatValue& v, std::int64_t delta) {
+  v.current += delta;
+  if (v.current > v.peak) v.peak = v.current;
+}
+
+void Lake::backend_failure(const char* what, Status s) const {
+  throw backend_error(std::string("memlake: ") + what + " failed (" + status_name(s) +
+                      "): " + backend_.last_error());
+}
+
+ChunkId Lake::create_chunk(std::size_t size) {
+  if (reserved_bytes_ + size > options_.capacity) return kNone;
+  ChunkHandle handle = 0;
+  Status s = backend_.create_chunk(size, &handle);
+  if (s == Status::out_of_memory) return kNone;
+  if (s != Status::ok) backend_failure("create_chunk", s);
+  ChunkId id;
+  if (!free_chunk_slots_.empty()) {
+    id = free_chunk_slots_.back();
+    free_chunk_slots_.pop_back();
+  } else {
+    id = static_cast<ChunkId>(chunks_.size());
+    chunks_.emplace_back();
+  }
+  Chunk& c = chunks_[id];
+  c = Chunk{};
+  c.handle = handle;
+  c.size = size;
+  c.in_use = true;
+  free_chunks_.emplace(size, id);
+  free_chunk_bytes_ += size;
+  reserved_bytes_ += size;
+  gauge(stats_.reserved_bytes, static_cast<std::int64_t>(size));
+  gauge(stats_.chunks, 1);
+  ++stats_.chunks_created.current;
+  return id;
+}
+
+// The chunk must be free and mapped nowhere.
+void Lake::release_chunk(ChunkId id) {
+  Chunk& c = chunks_[id];
+  assert(c.owner == kNone && c.mapped_in.empty());
+  Status s = backend_.release_chunk(c.handle);
+  if (s != Status::ok) backend_failure("release_chunk", s);
+  free_chunks_.erase({c.size, id});
+  free_chunk_bytes_ -= c.size;
+  reserved_bytes_ -= c.size;
+  gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
+  gauge(stats_.chunks, -1);
+  ++stats_.chunks_released.current;
+  c = Chunk{};
+  free_chunk_slots_.push_back(id);
+}
+
+// Reserves a range for `ids`, maps each chunk and grants access once over the
+// whole range. On failure everything done is undone and kNone returned for
+// lack of virtual space; other backend failures throw.
+SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
+  std::size_t total = 0;
+  for (ChunkId c : ids) total += chunks_[c].size;
+  DevicePtr va = 0;
+  Status s = backend_.reserve(total, &va);
+  if (s == Status::out_of_va || s == Status::out_of_memory) return kNone;
+  if (s != Status::ok) backend_failure("reserve", s);
+  std::vector<std::size_t> offsets;
+  offsets.reserve(ids.size());
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    s = backend_.map(va + offset, chunks_[ids[i]].size, chunks_[ids[i]].handle);
+    if (s != Status::ok) {
+      for (std::size_t j = 0; j < i; ++j) backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
+      backend_.unreserve(va, total);
+      if (s == Status::out_of_memory) return kNone;
+      backend_failure("map", s);
+    }
+    offsets.push_back(offset);
+    offset += chunks_[ids[i]].size;
+  }
+  s = backend_.set_access(va, total);
+  if (s != Status::ok) {
+    for (std::size_t j = 0; j < ids.size(); ++j)
+      backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
+    backend_.unreserve(va, total);
+    if (s == Status::out_of_memory) return kNone;
+    backend_failure("set_access", s);
+  }
+
+  SegmentId id;
+  if (!free_segment_slots_.empty()) {
+    id = free_segment_slots_.back();
+    free_segment_slots_.pop_back();
+  } else {
+    id = static_cast<SegmentId>(segments_.size());
+    segments_.emplace_back();
+  }
+  Segment& seg = segments_[id];
+  seg = Segment{};
+  seg.va = va;
+  seg.size = total;
+  seg.stitched = stitched;
+  seg.in_use = true;
+  seg.offsets = std::move(offsets);
+  for (ChunkId c : ids) {
+    chunks_[c].mapped_in.push_back(id);
+    if (chunks_[c].owner != kNone) ++seg.busy;
+  }
+  seg.chunks = std::move(ids);
+  segment_at_.emplace(va, id);
+  mapped_bytes_ += total;
+  gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
+  gauge(stats_.segments, 1);
+  if (stitched) {
+    gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
+    ++stats_.stitches.current;
+  }
+  seg.last_used = ++clock_;
+  unpinned_by_age_.emplace(seg.last_used, id);
+  if (seg.busy == 0) idle_insert(id);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_map(va, total, stitched); });
+  return id;
+}
+
+// The segment must own no chunk.
+void Lake::unmap_segment(SegmentId id) {
+  Segment& seg = segments_[id];
+  assert(seg.owned == 0);
+  unpinned_by_age_.erase({seg.last_used, id});
+  if (seg.busy == 0) idle_erase(id);
+  for (std::size_t i = 0; i < seg.chunks.size(); ++i) {
+    Status s = backend_.unmap(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
+    if (s != Status::ok) backend_failure("unmap", s);
+    std::erase(chunks_[seg.chunks[i]].mapped_in, id);
+  }
+  Status s = backend_.unreserve(seg.va, seg.size);
+  if (s != Status::ok) backend_failure("unreserve", s);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });
+  segment_at_.erase(seg.va);
+  mapped_bytes_ -= seg.size;
+  gauge(stats_.mapped_bytes, -static_cast<std::int64_t>(seg.size));
+  gauge(stats_.segments, -1);
+  if (seg.stitched) gauge(stats_.stitched_bytes, -static_cast<std::int64_t>(seg.size));
+  seg = Segment{};
+  free_segment_slots_.push_back(id);
+}
+
+// Mapped ranges cost VA and, on the GPU, unmap time later: keep segments
+// that own nothing while the mapped total stays within the budget, dropping
+// the least recently used first.
+void Lake::enforce_cache_budget(SegmentId keep) {
+  const double budget = (1.0 + options_.stitch_cache_ratio) * static_cast<double>(reserved_bytes_);
+  auto it = unpinned_by_age_.begin();
+  while (static_cast<double>(mapped_bytes_) > budget && it != unpinned_by_age_.end()) {
+    SegmentId victim = it->second;
+    ++it;
+    if (victim == keep) continue;
+    unmap_segment(victim);
+    ++stats_.evictions.current;
+  }
+}
+
+void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
+  Chunk& c = chunks_[id];
+  assert(c.owner == kNone && c.live == 0 && c.pieces == nullptr);
+  free_chunks_.erase({c.size, id});
+  free_chunk_bytes_ -= c.size;
+  c.owner = s;
+  c.owner_offset = offset_in_segment;
+  c.pieces = new Piece{0, c.size, id, false, nullptr, nullptr};
+  if (segments_[s].owned++ == 0) unpinned_by_age_.erase({segments_[s].last_used, s});
+  for (SegmentId m : c.mapped_in) {
+    if (segments_[m].busy++ == 0) idle_erase(m);
+  }
+}
+
+// The chunk's last live piece is gone: it is whole and free again.
+void Lake::unclaim(ChunkId id) {
+  Chunk& c = chunks_[id];
+  assert(c.live == 0 && c.pieces && c.pieces->next == nullptr);
+  delete c.pieces;
+  c.pieces = nullptr;
+  Segment& owner = segments_[c.owner];
+  if (--owner.owned == 0) unpinned_by_age_.emplace(owner.last_used, c.owner);
+  c.owner = kNone;
+  free_chunks_.emplace(c.size, id);
+  free_chunk_bytes_ += c.size;
+  for (SegmentId m : c.mapped_in) {
+    if (--segments_[m].busy == 0) idle_insert(m);
+  }
+}
+
+// Called on placement, while the segment owns chunks (so it is in no LRU set).
+void Lake::touch(SegmentId s) {
+  segments_[s].last_used = ++clock_;
+}
+
+void Lake::idle_insert(SegmentId s) {
+  idle_by_size_.emplace(segments_[s].size, s);
+  gauge(stats_.cached_segments, 1);
+}
+
+void Lake::idle_erase(SegmentId s) {
+  idle_by_size_.erase({segments_[s].size, s});
+  gauge(stats_.cached_segments, -1);
+}
+
+}  // namespace memlake::lake

@@ -1,0 +1,152 @@
+// The allocation ladder: exact -> split -> stitch -> new. Reclaim-and-retry
+// and the OOM report belong to the caller, which can also harvest deferred
+// frees in between.
+#include <algorithm>
+#include <cassert>
+
+#include "lake/lake.hpp"
+
+namespace memlake::lake {
+
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+}  // namespace
+
+LakeResult Lake::allocate(std::size_t requested, bool allow_new) {
+  assert(requested <= options_.capacity);
+  allow_new_ = allow_new;
+  const std::size_t size = round_up(std::max<std::size_t>(requested, 1), kAlignment);
+  LakeResult r = size <= options_.small_max ? allocate_small(size) : allocate_large(size);
+  if (r.ptr == 0) return r;
+  r.size = size;
+  return r;
+}
+
+std::size_t Lake::slack_for(std::size_t bytes) const {
+  const auto slack = static_cast<std::size_t>(static_cast<double>(bytes) * options_.fit_slack);
+  return slack / options_.granularity * options_.granularity;
+}
+
+SegmentId Lake::find_idle_segment(std::size_t bytes) const {
+  auto it = idle_by_size_.lower_bound({bytes, 0});
+  if (it == idle_by_size_.end() || it->first > bytes + slack_for(bytes)) return kNone;
+  return it->second;
+}
+
+Piece* Lake::find_fragment(std::size_t size) const {
+  Piece key{0, size, 0, false, nullptr, nullptr};
+  auto it = fragments_.lower_bound(&key);
+  return it == fragments_.end() ? nullptr : *it;
+}
+
+// Small requests share the free space of chunks already in use (tails of
+// large blocks, other small blocks) before a whole chunk is taken for them.
+LakeResult Lake::allocate_small(std::size_t size) {
+  if (Piece* f = find_fragment(size)) {
+    AllocPath path = f->size == size ? AllocPath::exact : AllocPath::split;
+    return {place_on_piece(f, size, size), path, size};
+  }
+  const std::size_t bytes = options_.granularity;
+  if (SegmentId s = find_idle_segment(bytes); s != kNone)
+    return {place_on_segment(s, size, size), AllocPath::split, size};
+  bool stitched = false;
+  SegmentId s = build_segment_for(bytes, &stitched);
+  if (s == kNone) return {};
+  return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+}
+
+LakeResult Lake::allocate_large(std::size_t size) {
+  const std::size_t bytes = round_up(size, options_.granularity);
+  if (SegmentId s = find_idle_segment(bytes); s != kNone)
+    return {place_on_segment(s, size, size), AllocPath::exact, size};
+  if (Piece* f = find_fragment(size))
+    return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
+            size};
+  bool stitched = false;
+  SegmentId s = build_segment_for(bytes, &stitched);
+  if (s == kNone) return {};
+  return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+}
+
+// Picks free chunks for `bytes`, largest that still fits first, so few
+// handles are stitched; allows one chunk that overshoots by at most the fit
+// slack. Returns true when the chunks cover `bytes` (else the caller creates
+// the deficit).
+bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen) const {
+  std::size_t remaining = bytes;
+  auto last = free_chunks_.end();  // everything before `last` is untaken
+  while (remaining > 0 && chosen->size() < options_.max_stitch_chunks) {
+    auto end = free_chunks_.upper_bound({remaining, kNone});
+    if (last != free_chunks_.end() && (end == free_chunks_.end() || *last < *end)) end = last;
+    if (end == free_chunks_.begin()) break;
+    --end;
+    chosen->push_back(end->second);
+    remaining -= end->first;
+    last = end;
+  }
+  if (remaining == 0) return true;
+  if (chosen->size() < options_.max_stitch_chunks) {
+    for (auto it = free_chunks_.lower_bound({remaining, 0});
+         it != free_chunks_.end() && it->first <= remaining + slack_for(bytes); ++it) {
+      if (std::find(chosen->begin(), chosen->end(), it->second) != chosen->end()) continue;
+      chosen->push_back(it->second);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Builds a segment of at least `bytes` from free chunks plus new chunks for
+// whatever they do not cover. New memory is created only for the deficit, so
+// reserved memory grows only when the free chunks are truly exhausted.
+SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
+  std::vector<ChunkId> chosen;
+  const bool covered = select_free_chunks(bytes, &chosen);
+  *stitched = !chosen.empty();
+  std::vector<ChunkId> created;
+  if (!covered) {
+    if (!allow_new_) return kNone;
+    std::size_t have = 0;
+    for (ChunkId c : chosen) have += chunks_[c].size;
+    std::size_t deficit = bytes - have;
+    // The last granule usually holds the block's tail, which small requests
+    // will share: give it its own chunk so that sharing pins one granule, not
+    // the whole body.
+    const std::size_t g = options_.granularity;
+    std::vector<std::size_t> sizes;
+    if (deficit > g) {
+      std::size_t body = deficit - g;
+      while (body > 0) {
+        std::size_t part = std::min(body, std::max(options_.max_chunk / g * g, g));
+        sizes.push_back(part);
+        body -= part;
+      }
+      sizes.push_back(g);
+    } else {
+      sizes.push_back(deficit);
+    }
+    for (std::size_t sz : sizes) {
+      ChunkId c = create_chunk(sz);
+      if (c == kNone) {
+        for (ChunkId made : created) release_chunk(made);
+        return kNone;
+      }
+      created.push_back(c);
+    }
+    chosen.insert(chosen.end(), created.begin(), created.end());
+  }
+  // Largest first: the smallest chunk ends up holding the tail.
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [&](ChunkId a, ChunkId b) { return chunks_[a].size > chunks_[b].size; });
+  SegmentId s = map_segment(std::move(chosen), *stitched);
+  if (s == kNone) {
+    for (ChunkId made : created) release_chunk(made);
+    return kNone;
+  }
+  enforce_cache_budget(s);
+  return s;
+}
+
+}  // namespace memlake::lake

@@ -1,0 +1,83 @@
+// The lake's core types. Glossary:
+//
+//  chunk       One physical handle from the backend (a multiple of the
+//              granularity). The unit of stitching: mapped whole, never split.
+//  segment     A reserved virtual range with chunks mapped back to back. The
+//              first segment over new chunks is a pBlock; a segment built
+//              over chunks that already existed is a stitched sBlock. A chunk
+//              may be mapped in several segments at once.
+//  owner       The one segment through whose addresses a chunk's live
+//              allocations are reached. A chunk with no live allocation has
+//              no owner and is *free*: any segment may claim it.
+//  piece       A byte range inside an owned chunk, allocated or free. Free
+//              pieces are the *fragments* that small requests and the tails
+//              of large blocks share (512-byte granular).
+//  allocation  What the caller holds: one piece, or (for requests larger
+//              than a chunk) the leading pieces of several consecutive chunks
+//              of one segment, starting at the segment's base.
+//
+// Chunk identity (checked by Lake::check_invariants):
+//   every chunk is free (in the free pool, no owner, no live piece) or owned
+//   by exactly one segment that maps it and holds >= 1 live piece in it;
+//   sum(chunk sizes) == reserved bytes.
+// Segment state: busy == number of its chunks that have an owner; a segment
+// with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
+// be unmapped only when it owns no chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace memlake::lake {
+
+using ChunkId = std::uint32_t;
+using SegmentId = std::uint32_t;
+inline constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+inline constexpr std::size_t kAlignment = 512;  // every allocation and piece
+
+struct Piece {
+  std::size_t offset = 0;  // within its chunk
+  std::size_t size = 0;
+  ChunkId chunk = kNone;
+  bool allocated = false;
+  Piece* prev = nullptr;  // neighbours within the chunk, by offset
+  Piece* next = nullptr;
+};
+
+struct Chunk {
+  ChunkHandle handle = 0;
+  std::size_t size = 0;
+  SegmentId owner = kNone;
+  std::size_t owner_offset = 0;  // the chunk's offset inside its owner segment
+  std::uint32_t live = 0;        // allocated pieces
+  Piece* pieces = nullptr;       // head of the piece list while owned
+  std::vector<SegmentId> mapped_in;
+  bool in_use = false;  // slot holds a chunk
+};
+
+struct Segment {
+  DevicePtr va = 0;
+  std::size_t size = 0;
+  std::vector<ChunkId> chunks;  // in address order
+  std::vector<std::size_t> offsets;
+  std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
+  std::uint32_t owned = 0;  // chunks owned by this segment
+  bool stitched = false;
+  bool in_use = false;  // slot holds a mapped segment
+  std::uint64_t last_used = 0;
+};
+
+struct Allocation {
+  SegmentId segment = kNone;      // the owner segment of its chunk(s)
+  std::uint32_t first_chunk = 0;  // index into the segment's chunks
+  std::uint32_t chunk_count = 1;
+  Piece* piece = nullptr;     // the piece, when chunk_count == 1
+  std::size_t size = 0;       // rounded to kAlignment
+  std::size_t requested = 0;  // as asked
+};
+
+}  // namespace memlake::lake

@@ -1,0 +1,39 @@
+// The observers installed on one allocator. Callers test empty() first, so
+// with nobody listening an event costs one predictable branch.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "memlake/observer.hpp"
+
+namespace memlake {
+
+#if defined(__GNUC__)
+#define MEMLAKE_LIKELY(x) __builtin_expect(!!(x), 1)
+#define MEMLAKE_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define MEMLAKE_NOINLINE __attribute__((noinline))
+#else
+#define MEMLAKE_LIKELY(x) (x)
+#define MEMLAKE_UNLIKELY(x) (x)
+#define MEMLAKE_NOINLINE
+#endif
+
+class ObserverList {
+ public:
+  bool empty() const { return observers_.empty(); }
+  void add(Observer* o) {
+    if (std::find(observers_.begin(), observers_.end(), o) == observers_.end())
+      observers_.push_back(o);
+  }
+  void remove(Observer* o) { std::erase(observers_, o); }
+  template <class F>
+  void each(F&& f) const {
+    for (Observer* o : observers_) f(*o);
+  }
+
+ private:
+  std::vector<Observer*> observers_;
+};
+
+}  // namespace memlake

@@ -1,0 +1,190 @@
+// Deferred frees: batches, the event pool and cross-stream handover.
+#include "stream/scheduler.hpp"
+
+#include <string>
+
+#include "memlake/errors.hpp"
+
+namespace memlake {
+
+StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch)
+    : backend_(backend), stats_(stats), free_batch_(free_batch == 0 ? 1 : free_batch) {}
+
+StreamScheduler::~StreamScheduler() {
+  auto drop = [](StreamState& st) {
+    for (Pending* p : st.open) delete p;
+    for (Batch& b : st.closed)
+      for (Pending* p : b.blocks) delete p;
+  };
+  for (auto& [stream, st] : streams_) drop(st);
+  for (StreamState& st : retired_) drop(st);
+  for (Pending* p : tagged_) delete p;
+  for (EventHandle e : all_events_) backend_.event_destroy(e);
+}
+
+EventHandle StreamScheduler::acquire_event() {
+  if (!event_pool_.empty()) {
+    EventHandle e = event_pool_.back();
+    event_pool_.pop_back();
+    return e;
+  }
+  EventHandle e = nullptr;
+  Status s = backend_.event_create(&e);
+  if (s != Status::ok)
+    throw backend_error(std::string("memlake: event_create failed: ") + backend_.last_error());
+  all_events_.push_back(e);
+  return e;
+}
+
+void StreamScheduler::record(EventHandle event, StreamHandle stream) {
+  Status s = backend_.event_record(event, stream);
+  if (s != Status::ok) {
+    event_pool_.push_back(event);
+    throw backend_error(std::string("memlake: event_record failed: ") + backend_.last_error());
+  }
+  ++stats_.events_recorded.current;
+}
+
+bool StreamScheduler::known_stream(StreamHandle stream) {
+  if (streams_.count(stream)) return true;
+  bool capturing = false;
+  if (backend_.stream_is_capturing(stream, &capturing) != Status::ok) return false;
+  streams_.emplace(stream, StreamState{});
+  return true;
+}
+
+void StreamScheduler::forget_stream(StreamHandle stream) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return;
+  StreamState& st = it->second;
+  close_batch(stream, st);
+  // Its batches still retire by their events, but nothing is reused on the
+  // stream any more: a later stream may get the same handle.
+  for (auto& [size, p] : st.by_size) p->indexed = false;
+  st.by_size.clear();
+  retired_.push_back(std::move(st));
+  streams_.erase(it);
+}
+
+void StreamScheduler::defer(Block block, StreamHandle stream,
+                            const std::vector<StreamHandle>& also_used_on) {
+  auto* p = new Pending{block, stream, {}, nullptr, false};
+  if (also_used_on.empty()) {
+    StreamState& st = streams_[stream];
+    st.open.push_back(p);
+    st.by_size.emplace(block.size, p);
+    p->indexed = true;
+    if (st.open.size() >= free_batch_) close_batch(stream, st);
+  } else {
+    // record_stream blocks wait for every stream they were used on; they are
+    // rare, so each gets its own events.
+    try {
+      for (StreamHandle s : also_used_on) {
+        EventHandle e = acquire_event();
+        p->events.push_back(e);
+        record(e, s);
+      }
+      EventHandle e = acquire_event();
+      p->events.push_back(e);
+      record(e, stream);
+    } catch (...) {
+      p->events.pop_back();
+      for (EventHandle e : p->events) event_pool_.push_back(e);
+      delete p;
+      throw;
+    }
+    tagged_.push_back(p);
+  }
+  where_.emplace(block.ptr, p);
+  ++pending_count_;
+  pending_bytes_ += block.size;
+  stats_.pending_free_bytes.current = static_cast<std::int64_t>(pending_bytes_);
+  if (stats_.pending_free_bytes.current > stats_.pending_free_bytes.peak)
+    stats_.pending_free_bytes.peak = stats_.pending_free_bytes.current;
+}
+
+void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
+  if (st.open.empty()) return;
+  EventHandle e = acquire_event();
+  record(e, stream);
+  for (Pending* p : st.open) p->batch_event = e;
+  st.closed.push_back(Batch{e, std::move(st.open)});
+  st.open.clear();
+}
+
+void StreamScheduler::close_open_batches() {
+  for (auto& [stream, st] : streams_) close_batch(stream, st);
+}
+
+void StreamScheduler::unindex(Pending* p) {
+  if (!p->indexed) return;
+  p->indexed = false;
+  auto& by_size = streams_.at(p->stream).by_size;
+  auto [lo, hi] = by_size.equal_range(p->block.size);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second == p) {
+      by_size.erase(it);
+      return;
+    }
+  }
+}
+
+void StreamScheduler::finish(Pending* p) {
+  where_.erase(p->block.ptr);
+  --pending_count_;
+  pending_bytes_ -= p->block.size;
+  stats_.pending_free_bytes.current = static_cast<std::int64_t>(pending_bytes_);
+  for (EventHandle e : p->events) event_pool_.push_back(e);
+  delete p;
+}
+
+bool StreamScheduler::events_complete(Pending* p) {
+  for (EventHandle e : p->events) {
+    if (backend_.event_query(e) == Status::not_ready) return false;
+  }
+  return true;
+}
+
+StreamScheduler::Block StreamScheduler::take(std::multimap<std::size_t, Pending*>& by_size,
+                                             std::multimap<std::size_t, Pending*>::iterator it) {
+  Pending* p = it->second;
+  by_size.erase(it);
+  p->indexed = false;
+  // The Pending stays in its open list or batch, marked taken, and is freed
+  // when that batch retires.
+  p->taken = true;
+  where_.erase(p->block.ptr);
+  --pending_count_;
+  pending_bytes_ -= p->block.size;
+  stats_.pending_free_bytes.current = static_cast<std::int64_t>(pending_bytes_);
+  return p->block;
+}
+
+bool StreamScheduler::take_same_stream(StreamHandle stream, std::size_t min_size,
+                                       std::size_t max_size, Block* out) {
+  auto sit = streams_.find(stream);
+  if (sit == streams_.end()) return false;
+  auto& by_size = sit->second.by_size;
+  auto it = by_size.lower_bound(min_size);
+  if (it == by_size.end() || it->first > max_size) return false;
+  *out = take(by_size, it);
+  return true;
+}
+
+bool StreamScheduler::take_cross_stream(StreamHandle stream, std::size_t min_size,
+                                        std::size_t max_size, Block* out) {
+  for (auto& [other, st] : streams_) {
+    if (other == stream) continue;
+    auto it = st.by_size.lower_bound(min_size);
+    if (it == st.by_size.end() || it->first > max_size) continue;
+    Pending* p = it->second;
+    if (p->batch_event == nullptr) close_batch(other, st);
+    if (backend_.stream_wait_event(stream, p->batch_event) != Status::ok) continue;
+    ++stats_.cross_stream_waits.current;
+    *out = take(st.by_size, it);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace memlake

@@ -1,0 +1,152 @@
+// Stream-ordered deferred frees. A block freed on stream S is still in use by
+// work queued on S (and on streams named by record_stream), so it is not
+// handed to the lake (which serves every stream) until events recorded after
+// that work complete. Until then:
+//   - it is reusable on S at once: S's later work runs after S's earlier work
+//     (no sync required);
+//   - another stream T may take it by a GPU-side wait on its event
+//     (stream_wait_event): a device dependency, never a host wait.
+// Frees on one stream share one event per batch, so the cost is one event
+// record per batch and one query per batch retired; completed batches are
+// retired oldest first per stream, so no scan over all pending blocks.
+// Not thread-safe: the allocator holds its lock.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "memlake/stats.hpp"
+
+namespace memlake {
+
+class StreamScheduler {
+ public:
+  struct Block {
+    DevicePtr ptr = 0;
+    std::size_t size = 0;  // the lake block's rounded size
+  };
+
+  StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch);
+  ~StreamScheduler();
+  StreamScheduler(const StreamScheduler&) = delete;
+  StreamScheduler& operator=(const StreamScheduler&) = delete;
+
+  // Defers the free of a block last used on `stream` and on `also_used_on`.
+  // Throws backend_error if an event cannot be recorded.
+  void defer(Block block, StreamHandle stream, const std::vector<StreamHandle>& also_used_on);
+
+  // A block freed on `stream` alone, of size in [min_size, max_size].
+  bool take_same_stream(StreamHandle stream, std::size_t min_size, std::size_t max_size,
+                        Block* out);
+  // A block pending on other streams, handed over by making `stream` wait on
+  // its events.
+  bool take_cross_stream(StreamHandle stream, std::size_t min_size, std::size_t max_size,
+                         Block* out);
+
+  // Records an event for every stream's open batch.
+  void close_open_batches();
+  // Hands every block whose events have completed to `release`; returns the
+  // number of blocks released.
+  template <class Release>
+  std::size_t harvest(Release&& release);
+
+  // The stream is valid for this backend (checked once per stream).
+  bool known_stream(StreamHandle stream);
+  // Drops the stream's state; blocks still pending on it stay pending until
+  // their events complete.
+  void forget_stream(StreamHandle stream);
+  std::size_t pending_blocks() const { return pending_count_; }
+  std::size_t pending_bytes() const { return pending_bytes_; }
+  bool is_pending(DevicePtr ptr) const { return where_.count(ptr) != 0; }
+
+ private:
+  struct Pending {
+    Block block;
+    StreamHandle stream = nullptr;
+    std::vector<EventHandle> events;    // record_stream blocks: one per stream used
+    EventHandle batch_event = nullptr;  // the batch event once recorded
+    bool taken = false;
+    bool indexed = false;  // in its stream's by_size
+  };
+  struct Batch {
+    EventHandle event = nullptr;
+    std::vector<Pending*> blocks;
+  };
+  struct StreamState {
+    std::vector<Pending*> open;
+    std::deque<Batch> closed;
+    std::multimap<std::size_t, Pending*> by_size;  // reusable on this stream
+  };
+
+  EventHandle acquire_event();
+  void record(EventHandle event, StreamHandle stream);
+  void close_batch(StreamHandle stream, StreamState& st);
+  void unindex(Pending* p);
+  Block take(std::multimap<std::size_t, Pending*>& by_size,
+             std::multimap<std::size_t, Pending*>::iterator it);
+  void finish(Pending* p);
+  bool events_complete(Pending* p);
+
+  Backend& backend_;
+  Stats& stats_;
+  std::size_t free_batch_;
+  std::unordered_map<StreamHandle, StreamState> streams_;
+  std::vector<StreamState> retired_;  // forgotten streams with batches in flight
+  std::vector<Pending*> tagged_;      // blocks with record_stream events
+  std::unordered_map<DevicePtr, Pending*> where_;
+  std::vector<EventHandle> event_pool_;
+  std::vector<EventHandle> all_events_;
+  std::size_t pending_count_ = 0;
+  std::size_t pending_bytes_ = 0;
+};
+
+template <class Release>
+std::size_t StreamScheduler::harvest(Release&& release) {
+  std::size_t released = 0;
+  auto finish_and_release = [&](Pending* p) {
+    Block b = p->block;
+    finish(p);
+    release(b);
+    ++released;
+  };
+  auto retire = [&](StreamState& st) {
+    while (!st.closed.empty()) {
+      Batch& batch = st.closed.front();
+      Status s = backend_.event_query(batch.event);
+      if (s == Status::not_ready) break;
+      // An error here means the event (or its stream) is gone; its work can
+      // no longer be waited for, so treat the batch as complete.
+      for (Pending* p : batch.blocks) {
+        if (p->taken) {
+          delete p;
+          continue;
+        }
+        unindex(p);
+        finish_and_release(p);
+      }
+      event_pool_.push_back(batch.event);
+      st.closed.pop_front();
+    }
+  };
+  for (auto& [stream, st] : streams_) retire(st);
+  for (StreamState& st : retired_) retire(st);
+  std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
+  for (std::size_t i = 0; i < tagged_.size();) {
+    Pending* p = tagged_[i];
+    if (events_complete(p)) {
+      tagged_[i] = tagged_.back();
+      tagged_.pop_back();
+      finish_and_release(p);
+    } else {
+      ++i;
+    }
+  }
+  return released;
+}
+
+}  // namespace memlake

@@ -1,0 +1,41 @@
+// Fixture of the core suites: builds allocators over the platform's backend
+// with a known config (never the environment's), and checks invariants.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "memlake/allocator.hpp"
+#include "suites/platform.hpp"
+
+namespace memlake::test {
+
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    platform_ = make_test_platform();
+    if (!platform_) GTEST_SKIP() << "no GPU on this machine";
+  }
+  static Config base_config() {
+    Config c;
+    c.small_max = 1 * MiB;
+    c.max_chunk = 8 * MiB;
+    c.fit_slack = 0.125;
+    return c;
+  }
+  std::unique_ptr<Allocator> make(std::size_t capacity, Config c = base_config()) {
+    c.capacity = capacity;
+    return std::make_unique<Allocator>(c, platform_->backend(capacity));
+  }
+  // Frees wait in their stream's cache until their events complete; on an
+  // idle stream that is at once, and this hands them to the lake.
+  static void settle(Allocator& a) { a.process_pending_frees(); }
+  std::unique_ptr<Platform> platform_;
+};
+
+#define EXPECT_INVARIANTS(alloc) EXPECT_EQ((alloc).check_invariants(), "")
+
+}  // namespace memlake::test

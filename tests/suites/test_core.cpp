@@ -1,0 +1,315 @@
+// Core behaviour of the lake through the public allocator, on every platform:
+// stitching keeps data, each strategy path is reached, OOM is clean and
+// recoverable, misuse is reported, a random workload matches a reference
+// model, and threads can share one allocator.
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "allocator_impl.hpp"
+#include "suites/core_fixture.hpp"
+
+namespace memlake::test {
+namespace {
+
+TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;  // every chunk one granule, so a stitch is certain
+  auto a = make(64 * MiB, c);
+  void* p1 = a->allocate(4 * MiB);
+  void* p2 = a->allocate(4 * MiB);
+  a->deallocate(p1, 4 * MiB);
+  a->deallocate(p2, 4 * MiB);
+  settle(*a);
+  const Stats before = a->stats();
+  void* big = a->allocate(8 * MiB);
+  const Stats after = a->stats();
+  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current)
+      << "stitch must not create memory";
+
+  auto aliases = a->impl().aliases(big);
+  ASSERT_EQ(aliases.size(), 4u);  // four 2 MiB chunks, each also mapped in its pBlock
+  auto slice = [&](std::size_t i) { return static_cast<char*>(big) + i * 2 * MiB; };
+  auto alias = [&](std::size_t i) { return reinterpret_cast<void*>(aliases[i].first); };
+  for (std::size_t i = 0; i < 4; ++i) ASSERT_EQ(aliases[i].second, 2 * MiB);
+  // Written through the stitched range, read through the chunks' pBlocks...
+  for (std::size_t i = 0; i < 4; ++i)
+    platform_->fill(slice(i), 2 * MiB, 10 + static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(platform_->check(alias(i), 2 * MiB, 10 + static_cast<std::uint32_t>(i)))
+        << "chunk " << i;
+  // ...and the other way round.
+  for (std::size_t i = 0; i < 4; ++i)
+    platform_->fill(alias(i), 2 * MiB, 20 + static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(platform_->check(slice(i), 2 * MiB, 20 + static_cast<std::uint32_t>(i)))
+        << "chunk " << i;
+  EXPECT_FALSE(platform_->check(slice(0), 2 * MiB, 10)) << "the check must see a changed pattern";
+  a->deallocate(big, 8 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, EveryStrategyPathIsReached) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  auto a = make(64 * MiB, c);
+  auto delta = [&](auto field, auto&& op) {
+    const Stats s0 = a->stats();
+    op();
+    const Stats s1 = a->stats();
+    return (s1.*field).current - (s0.*field).current;
+  };
+  void* p = nullptr;
+  EXPECT_EQ(delta(&Stats::path_new, [&] { p = a->allocate(6 * MiB); }), 1);
+  a->deallocate(p, 6 * MiB);
+  // Same stream, same size: reused from the stream's own frees.
+  EXPECT_EQ(delta(&Stats::path_stream_cache, [&] { p = a->allocate(6 * MiB); }), 1);
+  a->deallocate(p, 6 * MiB);
+  settle(*a);
+  // The 6 MiB segment is idle: an exact fit.
+  EXPECT_EQ(delta(&Stats::path_exact, [&] { p = a->allocate(6 * MiB - 4096); }), 1);
+  // Its tail (4 KiB of the last chunk) serves a small request: split.
+  void* small = nullptr;
+  EXPECT_EQ(delta(&Stats::path_split, [&] { small = a->allocate(1024); }), 1);
+  EXPECT_EQ(reinterpret_cast<char*>(small), reinterpret_cast<char*>(p) + 6 * MiB - 4096);
+  a->deallocate(small, 1024);
+  a->deallocate(p, 6 * MiB - 4096);
+  settle(*a);
+  // 8 MiB from the three free 2 MiB chunks plus one new: a stitch.
+  EXPECT_EQ(delta(&Stats::path_stitch, [&] { p = a->allocate(8 * MiB); }), 1);
+  a->deallocate(p, 8 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  c.max_stitch_chunks = 1;  // a stitch may reuse one chunk only
+  auto a = make(8 * MiB, c);
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a->allocate(2 * MiB));
+  EXPECT_EQ(a->stats().reserved_bytes.current, static_cast<std::int64_t>(8 * MiB));
+  for (void* p : ps) a->deallocate(p, 2 * MiB);
+  settle(*a);
+  // 8 MiB cannot be stitched from one chunk and the capacity is full: the
+  // cache is reclaimed and the retry creates one 8 MiB range.
+  const Stats s0 = a->stats();
+  void* big = a->allocate(8 * MiB);
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.path_reclaim.current - s0.path_reclaim.current, 1);
+  EXPECT_EQ(s1.chunks_released.current - s0.chunks_released.current, 4);
+  platform_->fill(big, 8 * MiB, 3);
+
+  // Now truly full: a clean out_of_memory naming the numbers.
+  try {
+    a->allocate(2 * MiB);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.requested(), 2 * MiB);
+    std::string m = e.what();
+    EXPECT_NE(m.find("requested 2097152 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("capacity 8388608 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("largest free block"), std::string::npos) << m;
+  }
+  EXPECT_EQ(a->stats().ooms.current, 1);
+  EXPECT_TRUE(platform_->check(big, 8 * MiB, 3)) << "OOM must not touch live blocks";
+  EXPECT_INVARIANTS(*a);
+  a->deallocate(big, 8 * MiB);
+  void* again = a->allocate(2 * MiB);
+  platform_->fill(again, 2 * MiB, 4);
+  EXPECT_TRUE(platform_->check(again, 2 * MiB, 4));
+  a->deallocate(again, 2 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, SmallRequestsArePackedNotGivenAGranuleEach) {
+  auto a = make(64 * MiB);
+  std::vector<void*> ps;
+  for (int i = 0; i < 1000; ++i) ps.push_back(a->allocate(1000));
+  // 1000 x 1024 B (rounded) fit in one 2 MiB chunk.
+  EXPECT_EQ(a->stats().reserved_bytes.current, static_cast<std::int64_t>(2 * MiB));
+  std::vector<void*> sorted = ps;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    EXPECT_GE(static_cast<char*>(sorted[i]) - static_cast<char*>(sorted[i - 1]), 1024);
+  for (void* p : ps) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u);
+  for (void* p : ps) a->deallocate(p, 1000);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, BadFreesAreReportedAndChangeNothing) {
+  auto a = make(64 * MiB);
+  void* p = a->allocate(3 * MiB);
+  void* q = a->allocate(4096);
+  auto message_of = [&](auto&& op) -> std::string {
+    try {
+      op();
+    } catch (const misuse& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(
+      message_of([&] { a->deallocate(static_cast<char*>(p) + 512, 0); }).find("interior pointer"),
+      std::string::npos);
+  int on_stack = 0;
+  EXPECT_NE(message_of([&] { a->deallocate(&on_stack, 0); }).find("unknown pointer"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { a->deallocate(p, 5); }).find("size mismatch"), std::string::npos);
+  a->deallocate(p, 3 * MiB);
+  EXPECT_NE(message_of([&] { a->deallocate(p, 3 * MiB); }).find("double free"), std::string::npos);
+  settle(*a);
+  EXPECT_NE(message_of([&] { a->deallocate(p, 3 * MiB); }).find("double free"), std::string::npos);
+  EXPECT_EQ(a->stats().misuse_errors.current, 5);
+  EXPECT_EQ(a->stats().live_bytes.current, 4096);
+  a->deallocate(q, 4096);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, ZeroAndImpossibleSizes) {
+  auto a = make(64 * MiB);
+  void* z1 = a->allocate(0);
+  void* z2 = a->allocate(0);
+  EXPECT_NE(z1, nullptr);
+  EXPECT_NE(z1, z2);
+  a->deallocate(z1, 0);
+  a->deallocate(z2, 0);
+  for (std::size_t huge : {std::size_t{65} * MiB, SIZE_MAX, SIZE_MAX - 100, SIZE_MAX / 2}) {
+    try {
+      a->allocate(huge);
+      FAIL() << "expected out_of_memory for " << huge;
+    } catch (const out_of_memory& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(huge) + " bytes"), std::string::npos)
+          << e.what();
+    }
+  }
+  void* p = a->allocate(64 * MiB);  // exactly the capacity still works
+  a->deallocate(p, 64 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+// Random allocs and frees against a reference model: live blocks never
+// overlap, their bytes survive every other operation, and the counters agree.
+TEST_F(CoreTest, RandomWorkloadMatchesReferenceModel) {
+  Config c = base_config();
+  c.max_chunk = 4 * MiB;
+  auto a = make(256 * MiB, c);
+  std::mt19937_64 rng(12345);
+  struct Live {
+    std::size_t size;
+    std::uint32_t seed;
+  };
+  std::map<std::uintptr_t, Live> live;
+  std::int64_t requested = 0;
+  std::uint32_t next_seed = 1;
+  const int ops = 4000;
+  for (int i = 0; i < ops; ++i) {
+    bool do_alloc = live.empty() || (rng() % 100) < 55;
+    if (do_alloc) {
+      std::size_t size;
+      switch (rng() % 4) {
+        case 0:
+          size = 1 + rng() % 4096;
+          break;
+        case 1:
+          size = 4096 + rng() % MiB;
+          break;
+        case 2:
+          size = MiB + rng() % (8 * MiB);
+          break;
+        default:
+          size = 8 * MiB + rng() % (24 * MiB);
+          break;
+      }
+      void* p = nullptr;
+      try {
+        p = a->allocate(size);
+      } catch (const out_of_memory&) {
+        continue;  // allowed under pressure; the model is unchanged
+      }
+      auto addr = reinterpret_cast<std::uintptr_t>(p);
+      auto next = live.lower_bound(addr);
+      if (next != live.end()) {
+        ASSERT_LE(addr + size, next->first) << "overlaps the next live block";
+      }
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.size, addr) << "overlaps the previous live block";
+      }
+      Live l{size, next_seed++};
+      platform_->fill(p, std::min<std::size_t>(size, 64 * 1024), l.seed);
+      live.emplace(addr, l);
+      requested += static_cast<std::int64_t>(size);
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      void* p = reinterpret_cast<void*>(it->first);
+      ASSERT_TRUE(
+          platform_->check(p, std::min<std::size_t>(it->second.size, 64 * 1024), it->second.seed))
+          << "bytes of a live block changed";
+      a->deallocate(p, it->second.size);
+      requested -= static_cast<std::int64_t>(it->second.size);
+      live.erase(it);
+    }
+    ASSERT_EQ(a->stats().requested_bytes.current, requested);
+    if (i % 500 == 0) {
+      ASSERT_EQ(a->check_invariants(), "") << "after op " << i;
+    }
+  }
+  const Stats s = a->stats();
+  EXPECT_GT(s.path_stitch.current, 0);
+  EXPECT_GT(s.path_split.current, 0);
+  EXPECT_GT(s.path_exact.current + s.path_stream_cache.current, 0);
+  EXPECT_LE(s.reserved_bytes.peak, static_cast<std::int64_t>(256 * MiB));
+  for (auto& [addr, l] : live) {
+    EXPECT_TRUE(platform_->check(reinterpret_cast<void*>(addr),
+                                 std::min<std::size_t>(l.size, 64 * 1024), l.seed));
+    a->deallocate(reinterpret_cast<void*>(addr), l.size);
+  }
+  EXPECT_EQ(a->stats().live_bytes.current, 0);
+  a->empty_cache();
+  EXPECT_EQ(a->stats().reserved_bytes.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
+TEST_F(CoreTest, ThreadsShareOneAllocator) {
+  auto a = make(512 * MiB);
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u);
+      std::vector<std::pair<void*, std::pair<std::size_t, std::uint32_t>>> mine;
+      for (int i = 0; i < 1500; ++i) {
+        if (mine.size() < 16 && (mine.empty() || rng() % 2)) {
+          std::size_t size = (rng() % 3 == 0) ? (1 + rng() % (6 * MiB)) : (1 + rng() % 8192);
+          void* p = a->allocate(size);
+          std::uint32_t seed = static_cast<std::uint32_t>(t * 100000 + i);
+          platform_->fill(p, std::min<std::size_t>(size, 4096), seed);
+          mine.push_back({p, {size, seed}});
+        } else {
+          std::size_t k = rng() % mine.size();
+          auto [p, info] = mine[k];
+          if (!platform_->check(p, std::min<std::size_t>(info.first, 4096), info.second))
+            ++failures;
+          a->deallocate(p, info.first);
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (auto& [p, info] : mine) a->deallocate(p, info.first);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(a->stats().live_bytes.current, 0);
+  EXPECT_EQ(a->stats().allocs.current, a->stats().frees.current);
+  EXPECT_INVARIANTS(*a);
+}
+
+}  // namespace
+}  // namespace memlake::test

@@ -1,0 +1,461 @@
+// memlake-replay: replays recorded allocation traces through memlake and
+// through a simulation of GMLake's policy, and reports peaks, utilization
+// against the stock allocators' baselines, per-op latency and VMM calls.
+// Command line, reading of all traces up front (bad input fails before any
+// replay), and the run of each trace; see docs/replay.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "gmlake_policy.hpp"
+#include "memlake/config.hpp"
+#include "memlake/errors.hpp"
+#include "replay.hpp"
+#include "report.hpp"
+#include "svg.hpp"
+#include "trace/trace.hpp"
+
+namespace memlake {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitDoesNotFit = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitAllocator = 3;
+
+constexpr const char* kUsage = R"(usage: memlake-replay [options] TRACE...
+
+Replays memlake-trace v1 files (gzip or plain CSV; see traces/FORMAT.md)
+through memlake::Allocator and through a simulation of GMLake's allocator,
+and reports, per trace: peak live and peak reserved bytes, utilization, the
+ratio to each baseline of the trace header (native, expandable, async) and to
+the GMLake policy, median and p99 nanoseconds per allocate/deallocate, VMM
+calls (all, on the critical path, and on the critical path after warm-up),
+stitches and OOMs.
+
+options:
+  --backend host|cuda    memlake's backend (default: host, unless the
+                         configuration asks for cuda)
+  --conf "key:value,..." allocator options, applied on top of the
+                         environment (MEMLAKE_CONF, MEMLAKE_<KEY>); may be
+                         repeated; --backend and --capacity apply last
+  --capacity BYTES       physical capacity (K, M, G, T suffixes, binary; e.g.
+                         15G or 14.5G); reports whether each trace fits, and
+                         where it first runs out of memory. The GMLake policy
+                         gets the same capacity
+  --min-capacity         binary search, in granularity steps with a fresh
+                         allocator per try, for the smallest capacity at which
+                         the trace fits; for memlake and the GMLake policy
+  --policy memlake|gmlake
+                         memlake (default): replay through memlake, with the
+                         GMLake policy alongside for comparison. gmlake:
+                         replay only the GMLake simulation
+  --gmlake-frag-limit BYTES
+                         GMLake's fragLimit: only requests of at least this
+                         size stitch (default 512M, GMLake's default)
+  --gmlake-reuse-limit X GMLake's reuseLimit: a cached stitched block serves a
+                         request only if at most X times larger (default 10)
+  --warmup FRACTION      share of the events counted as warm-up for
+                         critical_path_vmm_calls_after_warmup (default 0.3)
+  --json                 one JSON object per trace per line, instead of tables
+  --svg FILE             memory over time: live bytes, reserved bytes of
+                         memlake and of the GMLake policy, the baselines'
+                         peaks; with several traces, one file per trace with
+                         the trace name before .svg (FILE-NAME.svg)
+  --svg-x event|ts       x axis of the chart: event index (default) or the
+                         trace's timestamps
+  --no-progress          no progress bar (shown on stderr when it is a TTY)
+  -h, --help             this text
+
+exit status: 0 done; 1 a trace does not fit in --capacity; 2 bad input or
+usage (malformed trace, unknown id, truncated gzip, missing file; reported as
+"memlake-replay: FILE:LINE: reason"); 3 the allocator failed otherwise.
+)";
+
+struct Options {
+  std::vector<std::string> traces;
+  std::optional<BackendKind> backend;
+  std::vector<std::string> confs;
+  std::optional<std::uint64_t> capacity;
+  bool min_capacity = false;
+  bool gmlake_only = false;
+  GmlakeOptions gmlake;
+  double warmup = 0.3;
+  bool json = false;
+  std::string svg;
+  bool svg_ts = false;
+  bool progress = true;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::optional<std::uint64_t> parse_size(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  const std::string number(s.substr(0, i));
+  if (std::count(number.begin(), number.end(), '.') > 1) return std::nullopt;
+  std::string unit(s.substr(i));
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (unit.ends_with("ib")) unit.resize(unit.size() - 2);
+  else if (unit.size() > 1 && unit.ends_with("b")) unit.pop_back();
+  else if (unit == "b") unit.clear();
+  int shift = 0;
+  if (unit.empty()) shift = 0;
+  else if (unit == "k") shift = 10;
+  else if (unit == "m") shift = 20;
+  else if (unit == "g") shift = 30;
+  else if (unit == "t") shift = 40;
+  else return std::nullopt;
+  const double v = std::strtod(number.c_str(), nullptr) * std::ldexp(1.0, shift);
+  if (!(v >= 0) || v > 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(std::llround(v));
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  bool only_files = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (only_files || arg.empty() || arg[0] != '-' || arg == "-") {
+      o.traces.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_files = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const std::size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+      has_value = true;
+    }
+    auto need = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    auto flag = [&] {
+      if (has_value) throw UsageError(arg + " takes no value");
+    };
+    if (arg == "-h" || arg == "--help") {
+      flag();
+      std::fputs(kUsage, stdout);
+      std::exit(kExitOk);
+    } else if (arg == "--backend") {
+      const std::string v = need();
+      if (v == "host") o.backend = BackendKind::host;
+      else if (v == "cuda") o.backend = BackendKind::cuda;
+      else throw UsageError("--backend: expected host or cuda, got '" + v + "'");
+    } else if (arg == "--conf") {
+      o.confs.push_back(need());
+    } else if (arg == "--capacity") {
+      const std::string v = need();
+      o.capacity = parse_size(v);
+      if (!o.capacity || *o.capacity == 0) throw UsageError("--capacity: bad size '" + v + "'");
+    } else if (arg == "--min-capacity") {
+      flag();
+      o.min_capacity = true;
+    } else if (arg == "--policy") {
+      const std::string v = need();
+      if (v == "memlake") o.gmlake_only = false;
+      else if (v == "gmlake") o.gmlake_only = true;
+      else throw UsageError("--policy: expected memlake or gmlake, got '" + v + "'");
+    } else if (arg == "--gmlake-frag-limit") {
+      const std::string v = need();
+      const auto size = parse_size(v);
+      if (!size) throw UsageError("--gmlake-frag-limit: bad size '" + v + "'");
+      o.gmlake.frag_limit = *size;
+    } else if (arg == "--gmlake-reuse-limit") {
+      const std::string v = need();
+      char* end = nullptr;
+      o.gmlake.reuse_limit = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.gmlake.reuse_limit > 0)) {
+        throw UsageError("--gmlake-reuse-limit: expected a positive number, got '" + v + "'");
+      }
+    } else if (arg == "--warmup") {
+      const std::string v = need();
+      char* end = nullptr;
+      o.warmup = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.warmup >= 0 && o.warmup <= 1)) {
+        throw UsageError("--warmup: expected a fraction between 0 and 1, got '" + v + "'");
+      }
+    } else if (arg == "--json") {
+      flag();
+      o.json = true;
+    } else if (arg == "--svg") {
+      o.svg = need();
+      if (o.svg.empty()) throw UsageError("--svg needs a file name");
+    } else if (arg == "--svg-x") {
+      const std::string v = need();
+      if (v == "event") o.svg_ts = false;
+      else if (v == "ts") o.svg_ts = true;
+      else throw UsageError("--svg-x: expected event or ts, got '" + v + "'");
+    } else if (arg == "--no-progress") {
+      flag();
+      o.progress = false;
+    } else {
+      throw UsageError("unknown option " + arg);
+    }
+  }
+  if (o.traces.empty()) throw UsageError("no trace given");
+  return o;
+}
+
+struct Loaded {
+  Trace trace;
+  std::vector<std::uint32_t> alloc_of;
+  double seconds = 0;
+};
+
+std::string svg_path(const std::string& base, const std::string& name, bool several) {
+  if (!several) return base;
+  std::string safe = name;
+  for (char& c : safe) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  if (base.size() > 4 && base.ends_with(".svg")) {
+    return base.substr(0, base.size() - 4) + "-" + safe + ".svg";
+  }
+  return base + "-" + safe + ".svg";
+}
+
+void write_chart(const std::string& path, const Loaded& l, const TraceReport& r, const Options& o,
+                 std::size_t points) {
+  const Trace& t = l.trace;
+  const std::size_t n = t.events.size();
+  Sampler shape(n, points);
+  const std::size_t bucket = shape.bucket_size();
+  SvgChart chart;
+  chart.title = t.name() + ": memory over time";
+  chart.x_label = o.svg_ts ? "time (s)" : "event";
+  chart.x_scale = o.svg_ts ? 1e-6 : 1.0;
+  for (std::size_t k = 0; k < shape.values().size(); ++k) {
+    const std::size_t last = std::min(n, (k + 1) * bucket) - 1;
+    chart.x.push_back(o.svg_ts ? static_cast<double>(t.events[last].ts_us) : static_cast<double>(last));
+  }
+  auto cut = [&](std::vector<std::uint64_t> v, std::size_t replayed) {
+    v.resize(std::min(v.size(), (replayed + bucket - 1) / bucket));
+    return v;
+  };
+  chart.series.push_back({"live (requested) bytes", "#444444", live_series(t, points)});
+  if (r.memlake) {
+    chart.series.push_back({"memlake reserved", "#2ca02c",
+                            cut(r.memlake->reserved_series, r.memlake->events_replayed)});
+  }
+  chart.series.push_back({"GMLake policy reserved", "#ff7f0e",
+                          cut(r.gmlake.reserved_series, r.gmlake.events_replayed)});
+  const char* colors[] = {"#d62728", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#e377c2"};
+  std::size_t ci = 0;
+  for (const TraceBaseline& b : t.meta.baselines) {
+    chart.lines.push_back({b.name + " peak reserved (" + gib(b.peak_reserved_bytes) + ")",
+                           colors[ci++ % std::size(colors)], b.peak_reserved_bytes});
+  }
+  write_svg(path, chart);
+}
+
+int run(const Options& o) {
+  Config config;
+  try {
+    config = Config::from_env();
+  } catch (const config_error& e) {
+    std::fprintf(stderr, "memlake-replay: environment: %s\n", e.what());
+    return kExitBadInput;
+  }
+  for (const std::string& c : o.confs) {
+    try {
+      config.apply(c);
+    } catch (const config_error& e) {
+      std::fprintf(stderr, "memlake-replay: --conf: %s\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  if (o.backend) config.backend = *o.backend;
+  if (config.backend == BackendKind::automatic) config.backend = BackendKind::host;
+  if (o.capacity) config.capacity = static_cast<std::size_t>(*o.capacity);
+
+  // Every input is read and checked before anything is replayed.
+  std::vector<Loaded> loaded;
+  bool bad = false;
+  for (const std::string& path : o.traces) {
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      Loaded l;
+      l.trace = read_trace(path);
+      l.alloc_of = match_frees(l.trace);
+      l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      loaded.push_back(std::move(l));
+    } catch (const TraceError& e) {
+      std::fprintf(stderr, "memlake-replay: %s\n", e.what());
+      bad = true;
+    }
+  }
+  if (bad) return kExitBadInput;
+
+  const bool tty = o.progress && ::isatty(STDERR_FILENO);
+  constexpr std::size_t kSvgPoints = 2000;
+  int status = kExitOk;
+  std::set<std::string> svg_names;
+  for (std::size_t ti = 0; ti < loaded.size(); ++ti) {
+    const Loaded& l = loaded[ti];
+    const Trace& t = l.trace;
+    TraceReport r;
+    r.trace = &t;
+    r.memlake_policy = !o.gmlake_only;
+    r.read_seconds = l.seconds;
+    r.trace_peak_live = t.computed_peak_live_bytes();
+    std::unordered_set<std::uint64_t> streams;
+    for (const Event& e : t.events) {
+      (e.op == TraceOp::alloc ? r.allocs : r.frees)++;
+      streams.insert(e.stream);
+    }
+    r.streams = streams.size();
+    r.capacity = o.capacity;
+    r.gmlake_options = o.gmlake;
+    r.gmlake_options.capacity = o.capacity.value_or(0);
+
+    ReplaySetup setup;
+    setup.trace = &t;
+    setup.alloc_of = &l.alloc_of;
+    setup.warmup_fraction = o.warmup;
+    setup.series_points = o.svg.empty() ? 0 : kSvgPoints;
+    setup.progress.enabled = tty;
+    ReplaySetup quiet = setup;
+    quiet.timing = false;
+    quiet.series_points = 0;
+
+    try {
+      if (!o.gmlake_only) {
+        setup.progress.label = t.name() + " memlake";
+        r.memlake = replay_memlake(setup, config);
+      }
+      setup.progress.label = t.name() + " gmlake policy";
+      r.gmlake = replay_gmlake(setup, r.gmlake_options);
+
+      if (o.min_capacity) {
+        const std::uint64_t live = r.trace_peak_live;
+        if (!o.gmlake_only) {
+          std::uint64_t g = r.memlake->granularity ? r.memlake->granularity : GmlakePolicy::kGranularity;
+          std::uint64_t hint = static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
+          std::uint64_t unlimited = r.memlake->capacity;
+          if (o.capacity) {
+            // The search starts from a run without the --capacity limit.
+            Config free_config = config;
+            free_config.capacity = 0;
+            quiet.progress.label = t.name() + " memlake (no capacity limit)";
+            MemlakeResult m = replay_memlake(quiet, free_config);
+            hint = static_cast<std::uint64_t>(m.stats.reserved_bytes.peak);
+            unlimited = m.capacity;
+          }
+          CapacitySearch c;
+          auto fits = [&](std::uint64_t cap) {
+            Config cc = config;
+            cc.capacity = static_cast<std::size_t>(cap);
+            quiet.progress.label = t.name() + " memlake min-capacity " + gib(cap);
+            return replay_memlake(quiet, cc).fits;
+          };
+          std::uint64_t hi = (std::max<std::uint64_t>(hint, g) + g - 1) / g * g;
+          while (true) {
+            ++c.tries;
+            if (fits(hi)) {
+              c.found = true;
+              break;
+            }
+            if (hi >= unlimited) break;
+            hi = std::min<std::uint64_t>(unlimited, (hi + hi / 4 + g - 1) / g * g);
+          }
+          if (c.found) {
+            const std::uint64_t fail = live > g ? (live + g - 1) / g * g - g : 0;
+            c.bytes = min_capacity_search(fail, hi, g, fits, &c.tries);
+          }
+          r.min_capacity = c;
+        }
+        {
+          const std::uint64_t g = GmlakePolicy::kGranularity;
+          GmlakeOptions go = o.gmlake;
+          go.capacity = 0;
+          std::uint64_t hint = r.gmlake.peak_reserved;
+          if (o.capacity || !r.gmlake.fits) hint = replay_gmlake(quiet, go).peak_reserved;
+          CapacitySearch c;
+          auto fits = [&](std::uint64_t cap) {
+            GmlakeOptions gc = o.gmlake;
+            gc.capacity = cap;
+            return replay_gmlake(quiet, gc).fits;
+          };
+          std::uint64_t hi = (std::max<std::uint64_t>(hint, g) + g - 1) / g * g;
+          for (int grow = 0; grow < 16; ++grow) {
+            ++c.tries;
+            if (fits(hi)) {
+              c.found = true;
+              break;
+            }
+            hi = (hi + hi / 4 + g - 1) / g * g;
+          }
+          if (c.found) {
+            const std::uint64_t fail = live > g ? (live + g - 1) / g * g - g : 0;
+            c.bytes = min_capacity_search(fail, hi, g, fits, &c.tries);
+          }
+          r.gmlake_min_capacity = c;
+        }
+      }
+    } catch (const ReplayError& e) {
+      std::fprintf(stderr, "memlake-replay: %s\n", e.what());
+      return kExitAllocator;
+    } catch (const error& e) {
+      std::fprintf(stderr, "memlake-replay: %s: cannot run the allocator: %s\n", t.path.c_str(),
+                   e.what());
+      return kExitAllocator;
+    }
+
+    if (!o.svg.empty()) {
+      std::string path = svg_path(o.svg, t.name(), loaded.size() > 1);
+      if (!svg_names.insert(path).second) path = svg_path(o.svg, t.name() + "-" + std::to_string(ti), true);
+      svg_names.insert(path);
+      try {
+        write_chart(path, l, r, o, kSvgPoints);
+      } catch (const std::runtime_error& e) {
+        std::fprintf(stderr, "memlake-replay: %s\n", e.what());
+        return kExitBadInput;
+      }
+    }
+
+    if (o.json) {
+      std::printf("%s\n", json_line(r).c_str());
+    } else {
+      print_table(stdout, r);
+    }
+    std::fflush(stdout);
+    const bool fits = o.gmlake_only ? r.gmlake.fits : r.memlake->fits;
+    if (o.capacity && !fits) status = kExitDoesNotFit;
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace memlake
+
+int main(int argc, char** argv) {
+  try {
+    return memlake::run(memlake::parse_args(argc, argv));
+  } catch (const memlake::UsageError& e) {
+    std::fprintf(stderr, "memlake-replay: %s\n(memlake-replay --help lists the options)\n", e.what());
+    return memlake::kExitBadInput;
+  }
+}

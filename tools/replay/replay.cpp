@@ -1,0 +1,251 @@
+// Replay loops of memlake-replay (see replay.hpp). Only the allocate and
+// deallocate calls sit between the two clock reads; stream lookups, stats
+// snapshots and sampling happen outside them.
+#include "replay.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <unordered_map>
+
+#include "memlake/allocator.hpp"
+#include "memlake/errors.hpp"
+
+namespace memlake {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::uint32_t ns_between(Clock::time_point a, Clock::time_point b) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(ns, 0, UINT32_MAX));
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(const Progress& p, std::size_t total) : enabled_(p.enabled && total > 0), label_(p.label), total_(total) {
+    step_ = std::max<std::size_t>(1, total / 200);
+    if (enabled_) draw(0);
+  }
+  ~ProgressBar() {
+    if (enabled_) std::fprintf(stderr, "\r\033[K");
+  }
+  void tick(std::size_t done) {
+    if (enabled_ && done % step_ == 0) draw(done);
+  }
+
+ private:
+  void draw(std::size_t done) {
+    constexpr int kWidth = 40;
+    const double f = static_cast<double>(done) / static_cast<double>(total_);
+    const int filled = static_cast<int>(f * kWidth);
+    char bar[kWidth + 1];
+    for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
+    bar[kWidth] = '\0';
+    std::fprintf(stderr, "\r\033[K%s [%s] %3d%%", label_.c_str(), bar, static_cast<int>(f * 100));
+    std::fflush(stderr);
+  }
+
+  bool enabled_;
+  std::string label_;
+  std::size_t total_;
+  std::size_t step_ = 1;
+};
+
+std::string where(const Trace& t, std::size_t i) {
+  return t.path + ":" + std::to_string(t.lines[i]) + ": ";
+}
+
+}  // namespace
+
+Sampler::Sampler(std::size_t events, std::size_t points) {
+  points = std::max<std::size_t>(points, 1);
+  bucket_ = std::max<std::size_t>(1, (events + points - 1) / points);
+  values_.assign((events + bucket_ - 1) / bucket_, 0);
+}
+
+void Sampler::add(std::size_t event, std::uint64_t value) {
+  std::uint64_t& v = values_[event / bucket_];
+  v = std::max(v, value);
+}
+
+Percentiles percentiles(std::vector<std::uint32_t> ns) {
+  Percentiles p;
+  p.count = ns.size();
+  if (ns.empty()) return p;
+  const std::size_t mid = ns.size() / 2;
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(mid), ns.end());
+  p.median = ns[mid];
+  // Nearest rank: the smallest value with at least 99% of samples <= it.
+  const std::size_t rank = std::max<std::size_t>(1, (ns.size() * 99 + 99) / 100) - 1;
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(rank), ns.end());
+  p.p99 = ns[rank];
+  return p;
+}
+
+MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
+  const Trace& t = *setup.trace;
+  const std::vector<std::uint32_t>& alloc_of = *setup.alloc_of;
+  const std::size_t n = t.events.size();
+  MemlakeResult r;
+  Allocator alloc(config);
+  r.backend = alloc.backend_name();
+  r.capacity = alloc.capacity();
+  r.granularity = alloc.granularity();
+
+  // Trace stream ids become the allocator's streams; 0 is the default stream.
+  std::unordered_map<std::uint64_t, Stream> streams;
+  std::vector<Stream> created;
+  std::vector<Stream> stream_of(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [it, inserted] = streams.try_emplace(t.events[i].stream, nullptr);
+    if (inserted && t.events[i].stream != 0) {
+      it->second = alloc.create_stream();
+      created.push_back(it->second);
+    }
+    stream_of[i] = it->second;
+  }
+
+  std::vector<void*> ptr(n, nullptr);
+  std::vector<std::uint32_t> alloc_ns;
+  std::vector<std::uint32_t> free_ns;
+  if (setup.timing) {
+    alloc_ns.reserve(n / 2 + 1);
+    free_ns.reserve(n / 2 + 1);
+  }
+  const std::size_t warm = std::min(
+      n, static_cast<std::size_t>(static_cast<double>(n) * std::clamp(setup.warmup_fraction, 0.0, 1.0)));
+  r.warmup_events = warm;
+  Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
+  ProgressBar bar(setup.progress, n);
+
+  const Clock::time_point start = Clock::now();
+  std::size_t i = 0;
+  for (; i < n; ++i) {
+    if (i == warm) r.warmup = alloc.stats();
+    const Event& e = t.events[i];
+    if (e.op == TraceOp::alloc) {
+      void* p = nullptr;
+      const Clock::time_point t0 = Clock::now();
+      try {
+        p = alloc.allocate(e.bytes, stream_of[i]);
+      } catch (const out_of_memory& ex) {
+        r.fits = false;
+        r.oom_event = i;
+        r.oom_message = ex.what();
+        break;
+      } catch (const error& ex) {
+        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) + ") failed: " +
+                          ex.what());
+      }
+      const Clock::time_point t1 = Clock::now();
+      ptr[i] = p;
+      if (setup.timing) alloc_ns.push_back(ns_between(t0, t1));
+    } else {
+      void*& slot = ptr[alloc_of[i]];
+      void* p = slot;
+      slot = nullptr;
+      const Clock::time_point t0 = Clock::now();
+      try {
+        alloc.deallocate(p, e.bytes, stream_of[i]);
+      } catch (const error& ex) {
+        throw ReplayError(where(t, i) + "deallocate(" + std::to_string(e.bytes) + ") failed: " +
+                          ex.what());
+      }
+      const Clock::time_point t1 = Clock::now();
+      if (setup.timing) free_ns.push_back(ns_between(t0, t1));
+    }
+    if (setup.series_points) sampler.add(i, static_cast<std::uint64_t>(alloc.stats().reserved_bytes.current));
+    bar.tick(i);
+  }
+  r.seconds = seconds_since(start);
+  r.events_replayed = i;
+  r.stats = alloc.stats();
+  if (!r.warmup && i == warm) r.warmup = r.stats;
+
+  // What the trace left live goes back, so that teardown is clean.
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!ptr[k]) continue;
+    try {
+      alloc.deallocate(ptr[k], t.events[k].bytes, stream_of[k]);
+    } catch (const error& ex) {
+      throw ReplayError(where(t, k) + "deallocate at the end of the trace failed: " + ex.what());
+    }
+  }
+  for (Stream s : created) alloc.destroy_stream(s);
+
+  std::vector<std::uint32_t> all = alloc_ns;
+  all.insert(all.end(), free_ns.begin(), free_ns.end());
+  r.alloc_ns = percentiles(std::move(alloc_ns));
+  r.free_ns = percentiles(std::move(free_ns));
+  r.all_ns = percentiles(std::move(all));
+  if (setup.series_points) r.reserved_series = sampler.values();
+  return r;
+}
+
+GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options) {
+  const Trace& t = *setup.trace;
+  const std::size_t n = t.events.size();
+  GmlakeResult r;
+  GmlakePolicy policy(options);
+  Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
+  ProgressBar bar(setup.progress, n);
+  const Clock::time_point start = Clock::now();
+  std::size_t i = 0;
+  for (; i < n; ++i) {
+    const Event& e = t.events[i];
+    if (e.op == TraceOp::alloc) {
+      if (!policy.allocate(e.id, e.bytes, e.stream)) {
+        r.fits = false;
+        r.oom_event = i;
+        break;
+      }
+    } else {
+      policy.free(e.id);
+    }
+    if (setup.series_points) sampler.add(i, policy.reserved());
+    bar.tick(i);
+  }
+  r.seconds = seconds_since(start);
+  r.events_replayed = i;
+  r.peak_reserved = policy.peak_reserved();
+  r.peak_requested = policy.peak_requested();
+  r.counters = policy.counters();
+  if (setup.series_points) r.reserved_series = sampler.values();
+  return r;
+}
+
+std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points) {
+  Sampler sampler(trace.events.size(), points);
+  std::uint64_t live = 0;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const Event& e = trace.events[i];
+    live = e.op == TraceOp::alloc ? live + e.bytes : live - e.bytes;
+    sampler.add(i, live);
+  }
+  return sampler.values();
+}
+
+std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_fit,
+                                  std::uint64_t step,
+                                  const std::function<bool(std::uint64_t)>& fits, int* tries) {
+  std::uint64_t lo = known_fail / step;
+  std::uint64_t hi = (known_fit + step - 1) / step;
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    ++*tries;
+    if (fits(mid * step)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return hi * step;
+}
+
+}  // namespace memlake

@@ -1,0 +1,105 @@
+// The replays of memlake-replay: a trace through memlake::Allocator (timed,
+// with stats snapshots at the end of warm-up and at the end) and through the
+// GMLake policy simulation, memory-over-time sampling for the chart, and the
+// smallest-capacity search.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gmlake_policy.hpp"
+#include "memlake/config.hpp"
+#include "memlake/stats.hpp"
+#include "trace/trace.hpp"
+
+namespace memlake {
+
+// The allocator failed in a way that is not out of memory (misuse, backend
+// error) while replaying the event at `line`.
+class ReplayError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Memory over time with at most `points` points: each point is the maximum
+// over a run of consecutive events (x is the bucket's last event).
+class Sampler {
+ public:
+  Sampler(std::size_t events, std::size_t points);
+  void add(std::size_t event, std::uint64_t value);
+  const std::vector<std::uint64_t>& values() const { return values_; }
+  std::size_t bucket_size() const { return bucket_; }
+
+ private:
+  std::size_t bucket_;
+  std::vector<std::uint64_t> values_;
+};
+
+struct Percentiles {
+  std::uint64_t count = 0;
+  std::uint64_t median = 0;
+  std::uint64_t p99 = 0;
+};
+Percentiles percentiles(std::vector<std::uint32_t> ns);
+
+struct Progress {
+  bool enabled = false;
+  std::string label;
+};
+
+struct ReplaySetup {
+  const Trace* trace = nullptr;
+  const std::vector<std::uint32_t>* alloc_of = nullptr;  // from match_frees()
+  double warmup_fraction = 0.3;
+  bool timing = true;
+  std::size_t series_points = 0;  // 0: no series
+  Progress progress;
+};
+
+struct MemlakeResult {
+  std::string backend;
+  std::size_t capacity = 0;
+  std::size_t granularity = 0;
+  std::size_t events_replayed = 0;
+  bool fits = true;
+  std::optional<std::size_t> oom_event;  // index of the allocation that failed
+  std::string oom_message;
+  Stats stats;                    // after the last event replayed
+  std::optional<Stats> warmup;    // after the first warmup_fraction of the events
+  std::size_t warmup_events = 0;
+  Percentiles alloc_ns, free_ns, all_ns;
+  double seconds = 0;
+  std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket
+};
+
+struct GmlakeResult {
+  std::size_t events_replayed = 0;
+  bool fits = true;
+  std::optional<std::size_t> oom_event;
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t peak_requested = 0;
+  GmlakeCounters counters;
+  double seconds = 0;
+  std::vector<std::uint64_t> reserved_series;
+};
+
+MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config);
+GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options);
+
+// Requested live bytes over time, sampled like the replays.
+std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points);
+
+// Smallest capacity, in steps of `step`, at which `fits` holds, by binary
+// search between `known_fail` (does not fit; may be 0) and `known_fit`
+// (fits). Assumes that more capacity never hurts. `tries` counts the runs.
+std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_fit,
+                                  std::uint64_t step,
+                                  const std::function<bool(std::uint64_t)>& fits,
+                                  int* tries);
+
+}  // namespace memlake

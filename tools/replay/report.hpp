@@ -1,0 +1,40 @@
+// What memlake-replay prints about one trace: the readable table and the
+// one-line JSON object (--json), both made from a TraceReport.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "replay.hpp"
+
+namespace memlake {
+
+struct CapacitySearch {
+  std::uint64_t bytes = 0;  // smallest capacity found that fits
+  int tries = 0;
+  bool found = false;
+};
+
+struct TraceReport {
+  const Trace* trace = nullptr;
+  bool memlake_policy = true;  // false: --policy gmlake (the simulation alone)
+  std::uint64_t allocs = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t streams = 0;
+  std::uint64_t trace_peak_live = 0;  // from the events
+  double read_seconds = 0;
+  std::optional<MemlakeResult> memlake;
+  GmlakeResult gmlake;
+  GmlakeOptions gmlake_options;
+  std::optional<std::uint64_t> capacity;  // --capacity
+  std::optional<CapacitySearch> min_capacity;
+  std::optional<CapacitySearch> gmlake_min_capacity;
+};
+
+std::string gib(std::uint64_t bytes);  // "13.14 GiB"
+void print_table(std::FILE* out, const TraceReport& r);
+std::string json_line(const TraceReport& r);
+
+}  // namespace memlake
