@@ -362,8 +362,9 @@ void Allocator::reset_peak_stats() {
 const Config& Allocator::config() const {
   return impl_->config();
 }
+// The backend the caller chose or got, not the counting adaptor around it.
 const char* Allocator::backend_name() const {
-  return impl_->backend().name();
+  return impl_->counting().upstream().name();
 }
 int Allocator::device() const {
   return impl_->backend().device();

@@ -41,6 +41,7 @@ class AllocatorImpl {
   const Config& config() const { return config_; }
   Backend& backend() { return *counting_; }
   const Backend& backend() const { return *counting_; }
+  const CountingBackend& counting() const { return *counting_; }
   std::size_t allocation_size(const void* ptr) const;
   void add_observer(Observer* o);
   void remove_observer(Observer* o);

@@ -87,8 +87,8 @@ Allocator& get_or_create(int device) {
     config.device = device;
     created = std::make_unique<Allocator>(config);
   } catch (const error& e) {
-    throw error("memlake: cannot create the allocator for device " + std::to_string(device) +
-                ": " + e.what());
+    throw error("memlake: cannot create the allocator for device " + std::to_string(device) + ": " +
+                e.what());
   }
   Allocator* a = created.release();
   g_allocators[device].store(a, std::memory_order_release);
@@ -209,7 +209,8 @@ int memlake_get_stats_json(int device, char* buf, size_t len) {
   return guarded(-1, [&] {
     check_open();
     check_device("memlake_get_stats_json", device);
-    if (buf == nullptr && len != 0) throw misuse("memlake_get_stats_json: buf is NULL, len is not 0");
+    if (buf == nullptr && len != 0)
+      throw misuse("memlake_get_stats_json: buf is NULL, len is not 0");
     const std::string json = device_stats(device).to_json();
     if (json.size() > static_cast<std::size_t>(INT_MAX))
       throw error("memlake_get_stats_json: the JSON does not fit an int");

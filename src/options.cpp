@@ -160,7 +160,8 @@ std::string format_number(double v) {
 
 // The largest binary suffix that divides the size exactly: 2097152 -> "2M".
 std::string format_size(std::uint64_t v) {
-  constexpr std::array<std::pair<char, int>, 4> kUnits{{{'T', 40}, {'G', 30}, {'M', 20}, {'K', 10}}};
+  constexpr std::array<std::pair<char, int>, 4> kUnits{
+      {{'T', 40}, {'G', 30}, {'M', 20}, {'K', 10}}};
   if (v != 0) {
     for (auto [suffix, shift] : kUnits) {
       const std::uint64_t unit = std::uint64_t{1} << shift;
@@ -373,8 +374,8 @@ void apply_conf(Config& c, std::string_view conf, std::string_view source) {
     if (!token.empty()) {
       const auto colon = token.find(':');
       if (colon == std::string_view::npos) {
-        throw config_error("memlake config: missing ':' in token " + quoted(token) +
-                           where(source) + " (expected key:value)");
+        throw config_error("memlake config: missing ':' in token " + quoted(token) + where(source) +
+                           " (expected key:value)");
       }
       const std::string_view key = trim(token.substr(0, colon));
       const std::string_view value = trim(token.substr(colon + 1));

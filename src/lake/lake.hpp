@@ -29,10 +29,10 @@ struct LakeOptions {
   std::size_t granularity = std::size_t{2} << 20;
   std::size_t capacity = 0;
   std::size_t small_max = std::size_t{1} << 20;
-  std::size_t max_chunk = std::size_t{8} << 20;
+  std::size_t max_chunk = std::size_t{2} << 20;
   double fit_slack = 0.125;
   double stitch_cache_ratio = 1.0;
-  std::size_t max_stitch_chunks = 64;
+  std::size_t max_stitch_chunks = 4096;
 };
 
 struct LakeResult {
@@ -81,9 +81,17 @@ class Lake {
   LakeResult allocate_small(std::size_t size);
   LakeResult allocate_large(std::size_t size);
   SegmentId find_idle_segment(std::size_t bytes) const;
+  SegmentId find_idle_prefix(std::size_t bytes) const;
+  LakeResult try_continuation(std::size_t size, bool extend);
+  bool extend_segment(SegmentId s, std::vector<ChunkId> ids);
+  void remember_tail(SegmentId s, std::size_t last_chunk_index);
   Piece* find_fragment(std::size_t size) const;
   SegmentId build_segment_for(std::size_t bytes, bool* stitched);
-  bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen) const;
+  // `exclude`: skip chunks already mapped in that segment.
+  bool gather_chunks(std::size_t bytes, std::vector<ChunkId>* chosen, std::vector<ChunkId>* created,
+                     SegmentId exclude = kNone);
+  bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
+                          SegmentId exclude = kNone) const;
   std::size_t slack_for(std::size_t bytes) const;
 
   // segments.cpp
@@ -106,6 +114,8 @@ class Lake {
   DevicePtr piece_address(const Piece* p) const;
   DevicePtr place_on_segment(SegmentId s, std::size_t size, std::size_t requested);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
+  DevicePtr place_continuation(SegmentId s, std::uint32_t chunk_index, Piece* tail,
+                               std::size_t size);
   void record(DevicePtr ptr, const Allocation& a);
 
   void gauge(StatValue& v, std::int64_t delta);
@@ -142,6 +152,9 @@ class Lake {
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
   bool allow_new_ = true;  // for the allocate() call in progress
+  // Chunks whose last piece was left free by a recent placement: where the
+  // next large block may continue (newest last). Validated on use.
+  std::vector<ChunkId> recent_tails_;
 };
 
 }  // namespace memlake::lake

@@ -91,6 +91,7 @@ DevicePtr Lake::place_on_segment(SegmentId s, std::size_t size, std::size_t requ
     if (a.chunk_count++ == 0) a.piece = p;
     covered += chunk.size;
   }
+  remember_tail(s, a.chunk_count - 1);
   touch(s);
   record(seg.va, a);
   return seg.va;
@@ -109,6 +110,39 @@ DevicePtr Lake::place_on_piece(Piece* fragment, std::size_t size, std::size_t re
   return ptr;
 }
 
+// Places a block that starts in `tail` (the free last piece of chunk
+// `chunk_index` of segment `s`, owned by `s`) and runs on into the following
+// chunks, which must be free.
+DevicePtr Lake::place_continuation(SegmentId s, std::uint32_t chunk_index, Piece* tail,
+                                   std::size_t size) {
+  fragment_erase(tail);
+  const DevicePtr ptr = piece_address(tail);
+  Allocation a{s, chunk_index, 1, nullptr, size, size};
+  std::size_t covered = tail->size;
+  a.piece = carve(tail, tail->size);
+  const Segment& seg = segments_[s];
+  for (std::size_t i = chunk_index + 1; covered < size; ++i) {
+    ChunkId c = seg.chunks[i];
+    claim(c, s, seg.offsets[i]);
+    carve(chunks_[c].pieces, std::min(chunks_[c].size, size - covered));
+    covered += chunks_[c].size;
+    ++a.chunk_count;
+  }
+  remember_tail(s, a.first_chunk + a.chunk_count - 1);
+  touch(s);
+  record(ptr, a);
+  return ptr;
+}
+
+void Lake::remember_tail(SegmentId s, std::size_t last_chunk_index) {
+  ChunkId c = segments_[s].chunks[last_chunk_index];
+  Piece* last = chunks_[c].pieces;
+  while (last->next) last = last->next;
+  if (last->allocated) return;
+  if (recent_tails_.size() >= 16) recent_tails_.erase(recent_tails_.begin());
+  recent_tails_.push_back(c);
+}
+
 void Lake::free(DevicePtr ptr) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end());
@@ -121,7 +155,8 @@ void Lake::free(DevicePtr ptr) {
   }
   // Unclaiming chunks changes ownership only; the segment stays mapped.
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
-  for (std::uint32_t i = 0; i < a.chunk_count; ++i)
+  free_piece(a.piece);
+  for (std::uint32_t i = 1; i < a.chunk_count; ++i)
     free_piece(chunks_[ids[a.first_chunk + i]].pieces);
 }
 

@@ -69,8 +69,12 @@ void Lake::release_chunk(ChunkId id) {
 SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
   std::size_t total = 0;
   for (ChunkId c : ids) total += chunks_[c].size;
+  // Virtual space is cheap: reserve room for later blocks to continue this
+  // one in place (see try_continuation).
+  const std::size_t g = options_.granularity;
+  const std::size_t va_size = (std::max(4 * total, total + (std::size_t{1} << 30)) + g - 1) / g * g;
   DevicePtr va = 0;
-  Status s = backend_.reserve(total, &va);
+  Status s = backend_.reserve(va_size, &va);
   if (s == Status::out_of_va || s == Status::out_of_memory) return kNone;
   if (s != Status::ok) backend_failure("reserve", s);
   std::vector<std::size_t> offsets;
@@ -80,7 +84,7 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
     s = backend_.map(va + offset, chunks_[ids[i]].size, chunks_[ids[i]].handle);
     if (s != Status::ok) {
       for (std::size_t j = 0; j < i; ++j) backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
-      backend_.unreserve(va, total);
+      backend_.unreserve(va, va_size);
       if (s == Status::out_of_memory) return kNone;
       backend_failure("map", s);
     }
@@ -91,7 +95,7 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
   if (s != Status::ok) {
     for (std::size_t j = 0; j < ids.size(); ++j)
       backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
-    backend_.unreserve(va, total);
+    backend_.unreserve(va, va_size);
     if (s == Status::out_of_memory) return kNone;
     backend_failure("set_access", s);
   }
@@ -108,6 +112,7 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
   seg = Segment{};
   seg.va = va;
   seg.size = total;
+  seg.va_size = va_size;
   seg.stitched = stitched;
   seg.in_use = true;
   seg.offsets = std::move(offsets);
@@ -132,6 +137,52 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
   return id;
 }
 
+// Maps free chunks at the end of segment `s` (which must own chunks, so it
+// is in no idle or LRU index). False when the backend refuses.
+bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
+  Segment& seg = segments_[s];
+  std::size_t total = 0;
+  for (ChunkId c : ids) total += chunks_[c].size;
+  if (seg.size + total > seg.va_size) return false;
+  const DevicePtr base = seg.va + seg.size;
+  auto undo = [&](std::size_t mapped) {
+    for (std::size_t j = 0, o = 0; j < mapped; o += chunks_[ids[j]].size, ++j)
+      backend_.unmap(base + o, chunks_[ids[j]].size);
+  };
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Status st = backend_.map(base + offset, chunks_[ids[i]].size, chunks_[ids[i]].handle);
+    if (st != Status::ok) {
+      undo(i);
+      if (st == Status::out_of_memory) return false;
+      backend_failure("map", st);
+    }
+    offset += chunks_[ids[i]].size;
+  }
+  if (Status st = backend_.set_access(base, total); st != Status::ok) {
+    undo(ids.size());
+    if (st == Status::out_of_memory) return false;
+    backend_failure("set_access", st);
+  }
+  offset = seg.size;
+  for (ChunkId c : ids) {
+    seg.chunks.push_back(c);
+    seg.offsets.push_back(offset);
+    offset += chunks_[c].size;
+    chunks_[c].mapped_in.push_back(s);
+  }
+  if (!seg.stitched) gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
+  seg.size += total;
+  seg.stitched = true;
+  mapped_bytes_ += total;
+  gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
+  gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
+  ++stats_.stitches.current;
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_map(base, total, true); });
+  return true;
+}
+
 // The segment must own no chunk.
 void Lake::unmap_segment(SegmentId id) {
   Segment& seg = segments_[id];
@@ -143,7 +194,7 @@ void Lake::unmap_segment(SegmentId id) {
     if (s != Status::ok) backend_failure("unmap", s);
     std::erase(chunks_[seg.chunks[i]].mapped_in, id);
   }
-  Status s = backend_.unreserve(seg.va, seg.size);
+  Status s = backend_.unreserve(seg.va, seg.va_size);
   if (s != Status::ok) backend_failure("unreserve", s);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });

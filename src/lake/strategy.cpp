@@ -61,36 +61,99 @@ LakeResult Lake::allocate_large(std::size_t size) {
   const std::size_t bytes = round_up(size, options_.granularity);
   if (SegmentId s = find_idle_segment(bytes); s != kNone)
     return {place_on_segment(s, size, size), AllocPath::exact, size};
+  if (LakeResult r = try_continuation(size, /*extend=*/false); r.ptr) return r;
   if (Piece* f = find_fragment(size))
     return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
             size};
+  if (SegmentId s = find_idle_prefix(bytes); s != kNone)
+    return {place_on_segment(s, size, size), AllocPath::split, size};
+  if (LakeResult r = try_continuation(size, /*extend=*/true); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
   return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
 }
 
+// An idle segment larger than the fit slack allows: the block takes its
+// first chunks and the rest stay free, in place for the blocks that follow
+// (training repeats its order of requests, so the layout of the last step
+// is usually right for this one).
+SegmentId Lake::find_idle_prefix(std::size_t bytes) const {
+  auto it = idle_by_size_.lower_bound({bytes, 0});
+  return it == idle_by_size_.end() ? kNone : it->second;
+}
+
+// A large block may start in the free tail of a recent block's last chunk
+// and run on into the free chunks mapped after it, so no tail is wasted and
+// nothing is mapped; with `extend`, chunks are mapped after the segment's
+// end (its reserved room) when the tail chunk is the last one.
+LakeResult Lake::try_continuation(std::size_t size, bool extend) {
+  for (auto it = recent_tails_.rbegin(); it != recent_tails_.rend(); ++it) {
+    const ChunkId c = *it;
+    const Chunk& chunk = chunks_[c];
+    if (!chunk.in_use || chunk.owner == kNone) continue;
+    Piece* last = chunk.pieces;
+    while (last->next) last = last->next;
+    if (last->allocated) continue;
+    const SegmentId s = chunk.owner;
+    const Segment& seg = segments_[s];
+    const auto i = static_cast<std::uint32_t>(
+        std::lower_bound(seg.offsets.begin(), seg.offsets.end(), chunk.owner_offset) -
+        seg.offsets.begin());
+    std::size_t avail = last->size;
+    std::size_t j = i + 1;
+    while (avail < size && j < seg.chunks.size() && chunks_[seg.chunks[j]].owner == kNone)
+      avail += chunks_[seg.chunks[j++]].size;
+    if (avail >= size) return {place_continuation(s, i, last, size), AllocPath::split, size};
+    if (!extend || i + 1 != seg.chunks.size()) continue;
+    const std::size_t need = round_up(size - avail, options_.granularity);
+    if (seg.size + need > seg.va_size) continue;
+    std::vector<ChunkId> chosen, created;
+    if (!gather_chunks(need, &chosen, &created, s)) return {};
+    const bool stitched = chosen.size() > created.size();
+    if (!extend_segment(s, chosen)) {
+      for (ChunkId made : created) release_chunk(made);
+      return {};
+    }
+    return {place_continuation(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh,
+            size};
+  }
+  return {};
+}
+
 // Picks free chunks for `bytes`, largest that still fits first, so few
 // handles are stitched; allows one chunk that overshoots by at most the fit
 // slack. Returns true when the chunks cover `bytes` (else the caller creates
 // the deficit).
-bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen) const {
+bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
+                              SegmentId exclude) const {
+  auto excluded = [&](ChunkId c) {
+    const auto& m = chunks_[c].mapped_in;
+    return exclude != kNone && std::find(m.begin(), m.end(), exclude) != m.end();
+  };
   std::size_t remaining = bytes;
-  auto last = free_chunks_.end();  // everything before `last` is untaken
-  while (remaining > 0 && chosen->size() < options_.max_stitch_chunks) {
-    auto end = free_chunks_.upper_bound({remaining, kNone});
-    if (last != free_chunks_.end() && (end == free_chunks_.end() || *last < *end)) end = last;
-    if (end == free_chunks_.begin()) break;
-    --end;
-    chosen->push_back(end->second);
-    remaining -= end->first;
-    last = end;
+  // Walk down from the largest chunk that fits; everything at or above `it`
+  // has been looked at.
+  auto it = free_chunks_.upper_bound({remaining, kNone});
+  while (remaining > 0 && chosen->size() < options_.max_stitch_chunks &&
+         it != free_chunks_.begin()) {
+    --it;
+    if (it->first > remaining) {
+      auto fits = free_chunks_.upper_bound({remaining, kNone});
+      if (*fits < *it) it = fits;  // skip the ones now too large
+      continue;
+    }
+    if (excluded(it->second)) continue;
+    chosen->push_back(it->second);
+    remaining -= it->first;
   }
   if (remaining == 0) return true;
   if (chosen->size() < options_.max_stitch_chunks) {
     for (auto it = free_chunks_.lower_bound({remaining, 0});
          it != free_chunks_.end() && it->first <= remaining + slack_for(bytes); ++it) {
-      if (std::find(chosen->begin(), chosen->end(), it->second) != chosen->end()) continue;
+      if (std::find(chosen->begin(), chosen->end(), it->second) != chosen->end() ||
+          excluded(it->second))
+        continue;
       chosen->push_back(it->second);
       return true;
     }
@@ -98,18 +161,16 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen) c
   return false;
 }
 
-// Builds a segment of at least `bytes` from free chunks plus new chunks for
-// whatever they do not cover. New memory is created only for the deficit, so
-// reserved memory grows only when the free chunks are truly exhausted.
-SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
-  std::vector<ChunkId> chosen;
-  const bool covered = select_free_chunks(bytes, &chosen);
-  *stitched = !chosen.empty();
-  std::vector<ChunkId> created;
-  if (!covered) {
-    if (!allow_new_) return kNone;
+// Free chunks for `bytes`, plus new chunks for whatever they do not cover
+// (when allow_new_). New memory is created only for the deficit, so reserved
+// memory grows only when the free chunks are truly exhausted. Sorted largest
+// first: the smallest chunk ends up holding the tail.
+bool Lake::gather_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
+                         std::vector<ChunkId>* created, SegmentId exclude) {
+  if (!select_free_chunks(bytes, chosen, exclude)) {
+    if (!allow_new_) return false;
     std::size_t have = 0;
-    for (ChunkId c : chosen) have += chunks_[c].size;
+    for (ChunkId c : *chosen) have += chunks_[c].size;
     std::size_t deficit = bytes - have;
     // The last granule usually holds the block's tail, which small requests
     // will share: give it its own chunk so that sharing pins one granule, not
@@ -117,8 +178,7 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
     const std::size_t g = options_.granularity;
     std::vector<std::size_t> sizes;
     if (deficit > g) {
-      std::size_t body = deficit - g;
-      while (body > 0) {
+      for (std::size_t body = deficit - g; body > 0;) {
         std::size_t part = std::min(body, std::max(options_.max_chunk / g * g, g));
         sizes.push_back(part);
         body -= part;
@@ -130,16 +190,23 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
     for (std::size_t sz : sizes) {
       ChunkId c = create_chunk(sz);
       if (c == kNone) {
-        for (ChunkId made : created) release_chunk(made);
-        return kNone;
+        for (ChunkId made : *created) release_chunk(made);
+        created->clear();
+        return false;
       }
-      created.push_back(c);
+      created->push_back(c);
     }
-    chosen.insert(chosen.end(), created.begin(), created.end());
+    chosen->insert(chosen->end(), created->begin(), created->end());
   }
-  // Largest first: the smallest chunk ends up holding the tail.
-  std::stable_sort(chosen.begin(), chosen.end(),
+  std::stable_sort(chosen->begin(), chosen->end(),
                    [&](ChunkId a, ChunkId b) { return chunks_[a].size > chunks_[b].size; });
+  return true;
+}
+
+SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
+  std::vector<ChunkId> chosen, created;
+  if (!gather_chunks(bytes, &chosen, &created)) return kNone;
+  *stitched = chosen.size() > created.size();
   SegmentId s = map_segment(std::move(chosen), *stitched);
   if (s == kNone) {
     for (ChunkId made : created) release_chunk(made);

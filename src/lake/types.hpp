@@ -12,9 +12,11 @@
 //  piece       A byte range inside an owned chunk, allocated or free. Free
 //              pieces are the *fragments* that small requests and the tails
 //              of large blocks share (512-byte granular).
-//  allocation  What the caller holds: one piece, or (for requests larger
-//              than a chunk) the leading pieces of several consecutive chunks
-//              of one segment, starting at the segment's base.
+//  allocation  What the caller holds: one piece, or pieces of several
+//              consecutive chunks of one segment: the first may start inside
+//              its chunk (a *continuation* of the tail of the block before
+//              it, so that chunk's tail is not wasted); the others start at
+//              their chunk's offset 0.
 //
 // Chunk identity (checked by Lake::check_invariants):
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
@@ -61,7 +63,8 @@ struct Chunk {
 
 struct Segment {
   DevicePtr va = 0;
-  std::size_t size = 0;
+  std::size_t size = 0;         // mapped bytes, from va
+  std::size_t va_size = 0;      // reserved bytes: room to extend in place
   std::vector<ChunkId> chunks;  // in address order
   std::vector<std::size_t> offsets;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)

@@ -258,6 +258,14 @@ class Parser {
   bool header_seen_ = false;
 };
 
+// gzerror() prefixes its message with the path; ours already has it.
+std::string gz_message(gzFile gz, const std::string& path, int* code) {
+  std::string msg = gzerror(gz, code);
+  if (msg.starts_with(path + ": ")) msg.erase(0, path.size() + 2);
+  if (*code == Z_ERRNO) msg = errno_text(errno);
+  return msg;
+}
+
 std::uint64_t count_lines(std::string_view text) {
   return static_cast<std::uint64_t>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -327,9 +335,8 @@ Trace read_trace(const std::string& path) {
     int n = gzread(gz, text.data() + old, static_cast<unsigned>(kStep));
     if (n < 0) {
       int code = 0;
-      std::string msg = gzerror(gz, &code);
+      const std::string msg = gz_message(gz, path, &code);
       text.resize(old);
-      if (code == Z_ERRNO) msg = errno_text(errno);
       gzclose(gz);
       throw TraceError(path, count_lines(text) + 1,
                        (code == Z_BUF_ERROR ? "truncated gzip data: " : "cannot read: ") + msg);
@@ -340,7 +347,7 @@ Trace read_trace(const std::string& path) {
   // gzread returns short counts at end of input; Z_BUF_ERROR then means the
   // file ended in the middle of a gzip stream.
   int code = 0;
-  std::string msg = gzerror(gz, &code);
+  const std::string msg = gz_message(gz, path, &code);
   gzclose(gz);
   if (code == Z_BUF_ERROR) {
     throw TraceError(path, count_lines(text) + 1, "truncated gzip data: " + msg);
@@ -416,9 +423,7 @@ void TraceWriter::flush_buffer() {
   int n = gzwrite(gz, buffer_.data(), static_cast<unsigned>(buffer_.size()));
   if (n <= 0 || static_cast<std::size_t>(n) != buffer_.size()) {
     int code = 0;
-    std::string msg = gzerror(gz, &code);
-    if (code == Z_ERRNO) msg = errno_text(errno);
-    throw TraceError(path_, lines_, "cannot write: " + msg);
+    throw TraceError(path_, lines_, "cannot write: " + gz_message(gz, path_, &code));
   }
   buffer_.clear();
 }

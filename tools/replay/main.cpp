@@ -66,6 +66,8 @@ options:
                          size stitch (default 512M, GMLake's default)
   --gmlake-reuse-limit X GMLake's reuseLimit: a cached stitched block serves a
                          request only if at most X times larger (default 10)
+  --gmlake-no-stitch     GMLake's vmmDefragment=0: its caching path alone
+                         (PyTorch's allocator with GMLake's 2 MiB rounding)
   --warmup FRACTION      share of the events counted as warm-up for
                          critical_path_vmm_calls_after_warmup (default 0.3)
   --json                 one JSON object per trace per line, instead of tables
@@ -190,6 +192,9 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(o.gmlake.reuse_limit > 0)) {
         throw UsageError("--gmlake-reuse-limit: expected a positive number, got '" + v + "'");
       }
+    } else if (arg == "--gmlake-no-stitch") {
+      flag();
+      o.gmlake.defragment = false;
     } else if (arg == "--warmup") {
       const std::string v = need();
       char* end = nullptr;

@@ -112,6 +112,8 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   }
 
   std::vector<void*> ptr(n, nullptr);
+  std::unordered_map<void*, std::size_t> live;
+  live.reserve(4096);
   std::vector<std::uint32_t> alloc_ns;
   std::vector<std::uint32_t> free_ns;
   if (setup.timing) {
@@ -146,10 +148,20 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
       const Clock::time_point t1 = Clock::now();
       ptr[i] = p;
       if (setup.timing) alloc_ns.push_back(ns_between(t0, t1));
+      // An allocator that hands out a live address is broken; say so here
+      // rather than at some later free.
+      if (auto [it, fresh] = live.try_emplace(p, i); !fresh) {
+        char addr[32];
+        std::snprintf(addr, sizeof addr, "%p", p);
+        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) + ") returned " +
+                          addr + ", which is live since line " +
+                          std::to_string(t.lines[it->second]));
+      }
     } else {
       void*& slot = ptr[alloc_of[i]];
       void* p = slot;
       slot = nullptr;
+      live.erase(p);
       const Clock::time_point t0 = Clock::now();
       try {
         alloc.deallocate(p, e.bytes, stream_of[i]);

@@ -166,7 +166,10 @@ void line(std::FILE* out, const std::string& label, const std::string& text) {
 }  // namespace
 
 std::string gib(std::uint64_t bytes) {
-  return fmt("%.2f GiB", static_cast<double>(bytes) / static_cast<double>(std::uint64_t{1} << 30));
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (std::uint64_t{1} << 30) || bytes == 0) return fmt("%.2f GiB", b / (1 << 30));
+  if (bytes >= (std::uint64_t{1} << 20)) return fmt("%.2f MiB", b / (1 << 20));
+  return fmt("%.2f KiB", b / (1 << 10));
 }
 
 void print_table(std::FILE* out, const TraceReport& r) {
@@ -189,11 +192,11 @@ void print_table(std::FILE* out, const TraceReport& r) {
     line(out, "backend", r.memlake->backend + ", capacity " + gib(r.memlake->capacity) +
                              ", granularity " + mib(r.memlake->granularity));
   }
-  std::fprintf(out, "\n  %s %s %s %s\n", pad("allocator", 22).c_str(),
+  std::fprintf(out, "\n  %s %s %s %s\n", pad("allocator", 26).c_str(),
                pad("peak reserved", 14, true).c_str(), pad("utilization", 12, true).c_str(),
                pad(std::string(r.memlake_policy ? "memlake" : "gmlake") + " / it", 14, true).c_str());
   auto row = [&](const std::string& name, std::uint64_t bytes, std::uint64_t live_bytes, bool with_ratio) {
-    std::fprintf(out, "  %s %s %s %s\n", pad(name, 22).c_str(), pad(gib(bytes), 14, true).c_str(),
+    std::fprintf(out, "  %s %s %s %s\n", pad(name, 26).c_str(), pad(gib(bytes), 14, true).c_str(),
                  pad(fmt("%.3f", ratio(live_bytes, bytes)), 12, true).c_str(),
                  with_ratio ? pad(fmt("%.3f", ratio(reserved, bytes)), 14, true).c_str() : "");
   };

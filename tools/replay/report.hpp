@@ -33,7 +33,8 @@ struct TraceReport {
   std::optional<CapacitySearch> gmlake_min_capacity;
 };
 
-std::string gib(std::uint64_t bytes);  // "13.14 GiB"
+// "13.14 GiB"; MiB or KiB below a GiB, so that small traces read well.
+std::string gib(std::uint64_t bytes);
 void print_table(std::FILE* out, const TraceReport& r);
 std::string json_line(const TraceReport& r);
 

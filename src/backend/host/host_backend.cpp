@@ -10,9 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <system_error>
-#include <unordered_set>
 #include <utility>
-#include <vector>
 
 #include "backend/backend_detail.hpp"
 #include "backend/host/host_stream.hpp"
@@ -410,7 +408,6 @@ bool HostBackend::is_accessible(DevicePtr va, std::size_t size) const {
 // --- streams and events ---------------------------------------------------------
 
 std::shared_ptr<HostStream> HostBackend::find_stream(StreamHandle stream, const char* call) {
-  // Called with stream_mutex_ held.
   auto it = streams_.find(stream);
   if (it != streams_.end()) return it->second;
   if (stream == nullptr) {

@@ -99,6 +99,7 @@ class HostBackend final : public Backend {
                                                                     std::size_t size) const;
   // Counts the mappings that tile [va, va+size) exactly; 0 if they do not.
   std::size_t tiling_mappings(DevicePtr va, std::size_t size) const;
+  // With stream_mutex_ held; creates the default stream on first use.
   std::shared_ptr<HostStream> find_stream(StreamHandle stream, const char* call);
   void simulate(VmmOp op, std::size_t chunks = 1) const;
 
