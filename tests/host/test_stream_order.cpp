@@ -1,0 +1,174 @@
+// Stream order on host streams with deliberately slow queued work: a block
+// freed on one stream is not handed to another before that work is done,
+// unless the other stream was made to wait for it; the work's bytes prove it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+
+#include "backend/host/host_backend.hpp"
+#include "memlake/allocator.hpp"
+
+namespace memlake {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// A job that waits for a gate, then writes `tag` over the block.
+struct GatedWrite {
+  std::atomic<bool> open{false};
+  std::atomic<bool> done{false};
+  void* block = nullptr;
+  std::size_t size = 0;
+  unsigned char tag = 0;
+  static void run(void* self) {
+    auto* g = static_cast<GatedWrite*>(self);
+    while (!g->open.load()) {
+    }
+    std::memset(g->block, g->tag, g->size);
+    g->done = true;
+  }
+};
+
+// A job that checks the block still holds `expect` everywhere, then writes
+// `tag`.
+struct CheckThenWrite {
+  void* block = nullptr;
+  std::size_t size = 0;
+  unsigned char expect = 0, tag = 0;
+  std::atomic<bool> saw_expected{false};
+  static void run(void* self) {
+    auto* c = static_cast<CheckThenWrite*>(self);
+    const auto* b = static_cast<const unsigned char*>(c->block);
+    bool ok = true;
+    for (std::size_t i = 0; i < c->size; ++i) ok &= b[i] == c->expect;
+    c->saw_expected = ok;
+    std::memset(c->block, c->tag, c->size);
+  }
+};
+
+std::unique_ptr<Allocator> make(bool cross_stream_wait) {
+  Config c;
+  c.cross_stream_wait = cross_stream_wait;
+  c.capacity = 64 * MiB;
+  HostBackendOptions o;
+  o.capacity = 64 * MiB;
+  return std::make_unique<Allocator>(c, std::make_unique<HostBackend>(o));
+}
+
+TEST(StreamOrder, PendingBlockIsNotGivenToAnotherStreamWithoutAWait) {
+  auto a = make(/*cross_stream_wait=*/false);
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  void* p = a->allocate(4 * MiB, sa);
+  GatedWrite job;
+  job.block = p;
+  job.size = 4 * MiB;
+  job.tag = 0xAA;
+  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 4 * MiB, sa);  // A's work still writes p
+  void* q = a->allocate(4 * MiB, sb);
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  EXPECT_NE(q, p) << "a block still written by A was handed to B";
+  job.open = true;
+  a->backend().stream_synchronize(sa);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[0], 0xAA);
+  a->deallocate(q, 4 * MiB, sb);
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+TEST(StreamOrder, CrossStreamHandoverMakesTheNewStreamWait) {
+  auto a = make(/*cross_stream_wait=*/true);
+  // Fill the capacity so that B can only get memory from A's pending free.
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  void* p = a->allocate(64 * MiB, sa);
+  GatedWrite job;
+  job.block = p;
+  job.size = 64 * MiB;
+  job.tag = 0x5A;
+  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 64 * MiB, sa);
+  const Stats s0 = a->stats();
+  void* q = a->allocate(64 * MiB, sb);
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(a->stats().cross_stream_waits.current - s0.cross_stream_waits.current, 1);
+  // B's work runs only after A's: it sees A's bytes, then writes its own.
+  CheckThenWrite check;
+  check.block = q;
+  check.size = 64 * MiB;
+  check.expect = 0x5A;
+  check.tag = 0x33;
+  ASSERT_EQ(a->backend().launch_host_func(sb, &CheckThenWrite::run, &check), Status::ok);
+  job.open = true;
+  a->backend().stream_synchronize(sb);
+  EXPECT_TRUE(check.saw_expected.load()) << "B's work ran before A's finished";
+  EXPECT_EQ(static_cast<unsigned char*>(q)[64 * MiB - 1], 0x33);
+  a->deallocate(q, 64 * MiB, sb);
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+TEST(StreamOrder, RecordStreamExtendsTheBlocksLife) {
+  auto a = make(/*cross_stream_wait=*/false);
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  void* p = a->allocate(4 * MiB, sa);
+  a->record_stream(p, sb);
+  GatedWrite job;
+  job.block = p;
+  job.size = 4 * MiB;
+  job.tag = 0x11;
+  ASSERT_EQ(a->backend().launch_host_func(sb, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 4 * MiB, sa);
+  // Not even stream A may reuse it: B still uses it.
+  void* q = a->allocate(4 * MiB, sa);
+  EXPECT_NE(q, p);
+  a->process_pending_frees();
+  void* r = a->allocate(4 * MiB, nullptr);
+  EXPECT_NE(r, p) << "handed out while B's work was still queued";
+  job.open = true;
+  a->backend().stream_synchronize(sb);
+  a->process_pending_frees();
+  EXPECT_EQ(a->stats().pending_free_bytes.current, 0);
+  a->deallocate(q, 4 * MiB, sa);
+  a->deallocate(r, 4 * MiB, nullptr);
+  EXPECT_EQ(a->check_invariants(), "");
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+TEST(StreamOrder, SameStreamReuseNeedsNoEvent) {
+  auto a = make(/*cross_stream_wait=*/false);
+  Stream sa = a->create_stream();
+  void* p = a->allocate(4 * MiB, sa);
+  GatedWrite job;
+  job.block = p;
+  job.size = 4 * MiB;
+  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 4 * MiB, sa);
+  const Stats s0 = a->stats();
+  void* q = a->allocate(4 * MiB, sa);  // stream order makes this safe
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(a->stats().path_stream_cache.current - s0.path_stream_cache.current, 1);
+  EXPECT_EQ(a->stats().events_recorded.current, s0.events_recorded.current);
+  job.open = true;
+  a->deallocate(q, 4 * MiB, sa);
+  a->destroy_stream(sa);
+}
+
+TEST(StreamOrder, UnknownStreamIsMisuse) {
+  auto a = make(false);
+  int not_a_stream = 0;
+  try {
+    a->allocate(1024, &not_a_stream);
+    FAIL() << "expected misuse";
+  } catch (const misuse& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown stream"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace memlake
