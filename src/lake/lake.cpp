@@ -25,7 +25,7 @@ Lake::~Lake() {
     if (!seg.in_use) continue;
     for (std::size_t i = 0; i < seg.chunks.size(); ++i)
       backend_.unmap(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
-    backend_.unreserve(seg.va, seg.size);
+    backend_.unreserve(seg.va, seg.va_size);
   }
   for (Chunk& c : chunks_) {
     if (c.in_use) backend_.release_chunk(c.handle);

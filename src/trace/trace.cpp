@@ -108,8 +108,8 @@ class Parser {
         meta_line(line.substr(1), line_no);
       } else if (!header_seen_) {
         if (line != kHeader) {
-          fail(line_no, "expected the column header '" + std::string(kHeader) + "', got " +
-                            quoted(line));
+          fail(line_no,
+               "expected the column header '" + std::string(kHeader) + "', got " + quoted(line));
         }
         header_seen_ = true;
       } else {
@@ -173,9 +173,8 @@ class Parser {
     std::size_t start = 0;
     for (;;) {
       std::size_t comma = line.find(',', start);
-      std::string_view field =
-          line.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                             : comma - start);
+      std::string_view field = line.substr(
+          start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
       if (n < 5) f[n] = field;
       ++n;
       if (comma == std::string_view::npos) break;
@@ -214,8 +213,8 @@ class Parser {
         fail(line_no, "bad format version " + quoted(v) + " (expected v1)");
       }
       if (version != 1) {
-        fail(line_no, "unsupported format version v" + std::to_string(version) +
-                          " (this reader knows v1)");
+        fail(line_no,
+             "unsupported format version v" + std::to_string(version) + " (this reader knows v1)");
       }
       meta.version = version;
       for (auto& [key, value] : key_values(tokens, 2)) {
@@ -242,7 +241,8 @@ class Parser {
           b.peak_allocated_bytes = n;
         }
       }
-      if (!have_reserved) fail(line_no, "baseline " + quoted(b.name) + " has no peak_reserved_bytes");
+      if (!have_reserved)
+        fail(line_no, "baseline " + quoted(b.name) + " has no peak_reserved_bytes");
       meta.baselines.push_back(std::move(b));
     } else if (tokens[0].starts_with("peak_live_bytes=")) {
       std::uint64_t n = 0;
@@ -293,9 +293,8 @@ TraceError::TraceError(std::string file, std::uint64_t line, std::string reason)
 
 std::string Trace::name() const {
   if (!meta.workload.empty()) return meta.workload;
-  std::string base = path.substr(path.find_last_of('/') == std::string::npos
-                                     ? 0
-                                     : path.find_last_of('/') + 1);
+  std::string base =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   for (std::string_view ext : {".gz", ".csv"}) {
     if (base.size() > ext.size() && base.ends_with(ext)) base.resize(base.size() - ext.size());
   }
@@ -440,8 +439,9 @@ void TraceWriter::write_meta(const TraceMeta& meta) {
   ++lines_;
   for (const TraceBaseline& b : meta.baselines) {
     s += "# baseline " + one_line(b.name);
-    bool has_reserved = std::any_of(b.fields.begin(), b.fields.end(),
-                                    [](const auto& kv) { return kv.first == "peak_reserved_bytes"; });
+    bool has_reserved = std::any_of(b.fields.begin(), b.fields.end(), [](const auto& kv) {
+      return kv.first == "peak_reserved_bytes";
+    });
     if (!has_reserved) {
       s += " peak_reserved_bytes=";
       append_u64(s, b.peak_reserved_bytes);

@@ -20,7 +20,9 @@ namespace {
 constexpr std::uint64_t KiB = 1024;
 constexpr std::uint64_t MiB = 1024 * KiB;
 
-void ok(GmlakePolicy& g) { ASSERT_EQ(g.check_invariants(), ""); }
+void ok(GmlakePolicy& g) {
+  ASSERT_EQ(g.check_invariants(), "");
+}
 
 TEST(GmlakePolicy, SizeClasses) {
   EXPECT_EQ(GmlakePolicy::round_size(0), 512u);
@@ -161,7 +163,7 @@ TEST(GmlakePolicy, SmallPool) {
   ok(g);
   g.free(2);  // merges with S1's free tail: 2 MiB - 1 KiB free
   ok(g);
-  ASSERT_TRUE(g.allocate(5, 1 * MiB, 0));  // best fit: S2's free 1 MiB, exact
+  ASSERT_TRUE(g.allocate(5, 1 * MiB, 0));            // best fit: S2's free 1 MiB, exact
   ASSERT_TRUE(g.allocate(6, 2 * MiB - 2 * KiB, 0));  // over 1 MiB: 2 MiB of the free 18 MiB
   ok(g);
   EXPECT_EQ(g.reserved(), 24 * MiB);
@@ -309,10 +311,18 @@ TEST(GmlakePolicy, RandomTrafficKeepsInvariants) {
       if (alloc) {
         std::uint64_t size;
         switch (rng() % 4) {
-          case 0: size = 1 + rng() % (1 * MiB); break;
-          case 1: size = 1 * MiB + rng() % (9 * MiB); break;
-          case 2: size = 10 * MiB + rng() % (40 * MiB); break;
-          default: size = rng() % 3 == 0 ? 64 * MiB + rng() % (64 * MiB) : 2 * MiB; break;
+          case 0:
+            size = 1 + rng() % (1 * MiB);
+            break;
+          case 1:
+            size = 1 * MiB + rng() % (9 * MiB);
+            break;
+          case 2:
+            size = 10 * MiB + rng() % (40 * MiB);
+            break;
+          default:
+            size = rng() % 3 == 0 ? 64 * MiB + rng() % (64 * MiB) : 2 * MiB;
+            break;
         }
         const std::uint64_t id = next_id++;
         if (g.allocate(id, size, rng() % 3)) {

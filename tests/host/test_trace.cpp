@@ -98,7 +98,9 @@ void expect_small(const Trace& t) {
   EXPECT_EQ(match_frees(t), (std::vector<std::uint32_t>{0, 1, 0, 1}));
 }
 
-TEST(Trace, ParsesTextInMemory) { expect_small(parse_trace(kSmall, "mem.csv")); }
+TEST(Trace, ParsesTextInMemory) {
+  expect_small(parse_trace(kSmall, "mem.csv"));
+}
 
 TEST(Trace, ReadsPlainFile) {
   TempDir dir;
@@ -120,8 +122,10 @@ TEST(Trace, CrlfLinesAndBlankLines) {
   std::string text = kSmall;
   std::string crlf;
   for (char c : text) {
-    if (c == '\n') crlf += "\r\n";
-    else crlf += c;
+    if (c == '\n')
+      crlf += "\r\n";
+    else
+      crlf += c;
   }
   Trace t = parse_trace(crlf + "\r\n", "crlf.csv");
   expect_small(t);
@@ -213,8 +217,8 @@ TEST(Trace, TruncatedGzipIsAnError) {
   TempDir dir;
   std::string text = "ts_us,op,id,bytes,stream\n";
   for (int i = 0; i < 20000; ++i) {
-    text += std::to_string(i) + ",alloc," + std::to_string(i) + "," + std::to_string(i * 7919) +
-            ",0\n";
+    text +=
+        std::to_string(i) + ",alloc," + std::to_string(i) + "," + std::to_string(i * 7919) + ",0\n";
   }
   write_gzip(dir.file("full.csv.gz"), text);
   EXPECT_EQ(read_trace(dir.file("full.csv.gz")).events.size(), 20000u);
@@ -237,7 +241,8 @@ TEST(Trace, TruncatedGzipIsAnError) {
 TEST(Trace, CorruptGzipIsAnError) {
   TempDir dir;
   std::string text = "ts_us,op,id,bytes,stream\n";
-  for (int i = 0; i < 5000; ++i) text += std::to_string(i) + ",alloc," + std::to_string(i) + ",64,0\n";
+  for (int i = 0; i < 5000; ++i)
+    text += std::to_string(i) + ",alloc," + std::to_string(i) + ",64,0\n";
   write_gzip(dir.file("c.csv.gz"), text);
   std::fstream f(dir.file("c.csv.gz"), std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(fs::file_size(dir.file("c.csv.gz")) - 6));
@@ -321,9 +326,7 @@ TEST(TraceWriter, RoundTripGzip) {
 
 TEST(TraceWriter, EmptyTraceHasAHeader) {
   TempDir dir;
-  {
-    TraceWriter w(dir.file("e.csv"));
-  }
+  { TraceWriter w(dir.file("e.csv")); }
   Trace r = read_trace(dir.file("e.csv"));
   EXPECT_TRUE(r.events.empty());
 }

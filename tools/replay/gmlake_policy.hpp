@@ -39,15 +39,15 @@ struct GmlakeCounters {
   std::uint64_t frees = 0;
   std::uint64_t ooms = 0;
   // Which step served each allocation.
-  std::uint64_t path_small_cached = 0;  // free block of the small pool
-  std::uint64_t path_small_new = 0;     // new 2 MiB small segment
-  std::uint64_t path_block = 0;         // best-fit free pBlock
-  std::uint64_t path_sblock = 0;        // reuse of a cached sBlock
-  std::uint64_t path_stitch = 0;        // new sBlock stitched from free pBlocks
-  std::uint64_t path_new = 0;           // new segment of chunks
-  std::uint64_t path_after_release = 0; // new segment after releasing cached segments
-  std::uint64_t stitched_chunks = 0;    // chunks mapped into new sBlocks
-  std::uint64_t sblocks_collected = 0;  // sBlocks unmapped by GC or by release
+  std::uint64_t path_small_cached = 0;   // free block of the small pool
+  std::uint64_t path_small_new = 0;      // new 2 MiB small segment
+  std::uint64_t path_block = 0;          // best-fit free pBlock
+  std::uint64_t path_sblock = 0;         // reuse of a cached sBlock
+  std::uint64_t path_stitch = 0;         // new sBlock stitched from free pBlocks
+  std::uint64_t path_new = 0;            // new segment of chunks
+  std::uint64_t path_after_release = 0;  // new segment after releasing cached segments
+  std::uint64_t stitched_chunks = 0;     // chunks mapped into new sBlocks
+  std::uint64_t sblocks_collected = 0;   // sBlocks unmapped by GC or by release
   std::uint64_t segments_released = 0;
   // Driver calls: cudaMalloc/cudaFree for the small pool, VMM for the rest.
   std::uint64_t cuda_malloc = 0;
@@ -113,8 +113,8 @@ class GmlakePolicy {
     std::uint32_t first = 0;  // piece: first chunk within its segment
     std::uint32_t prev = kNone;
     std::uint32_t next = kNone;
-    std::uint32_t free_chunks = 0;  // fused
-    std::uint32_t used_chunks = 0;  // fused: chunks [0, used) serve the caller
+    std::uint32_t free_chunks = 0;      // fused
+    std::uint32_t used_chunks = 0;      // fused: chunks [0, used) serve the caller
     std::vector<std::uint32_t> chunks;  // fused: chunk ids in mapping order
   };
   struct Chunk {
@@ -158,7 +158,9 @@ class GmlakePolicy {
 
   std::uint32_t new_block();
   void drop_block(std::uint32_t b);
-  Key key(std::uint32_t b) const { return {blocks_[b].stream, blocks_[b].size, blocks_[b].addr, b}; }
+  Key key(std::uint32_t b) const {
+    return {blocks_[b].stream, blocks_[b].size, blocks_[b].addr, b};
+  }
   Pool& pool_of(const Block& b) { return b.kind == Kind::small ? small_pool_ : large_pool_; }
   std::uint32_t chunk_id(const Block& piece, std::uint32_t i) const {
     return segments_[piece.segment].base_chunk + piece.first + i;

@@ -66,6 +66,11 @@ options:
                          size stitch (default 512M, GMLake's default)
   --gmlake-reuse-limit X GMLake's reuseLimit: a cached stitched block serves a
                          request only if at most X times larger (default 10)
+  --gmlake-defrag-level N
+                         GMLake's defragLevel: 0 (default) stitches before new
+                         memory is taken, 1 only after that failed
+  --gmlake-auto-gc GIB   GMLake's autoGC: idle stitched blocks are unmapped
+                         once stitched bytes exceed GIB GiB (default 1000)
   --gmlake-no-stitch     GMLake's vmmDefragment=0: its caching path alone
                          (PyTorch's allocator with GMLake's 2 MiB rounding)
   --warmup FRACTION      share of the events counted as warm-up for
@@ -114,16 +119,25 @@ std::optional<std::uint64_t> parse_size(std::string_view s) {
   std::string unit(s.substr(i));
   std::transform(unit.begin(), unit.end(), unit.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (unit.ends_with("ib")) unit.resize(unit.size() - 2);
-  else if (unit.size() > 1 && unit.ends_with("b")) unit.pop_back();
-  else if (unit == "b") unit.clear();
+  if (unit.ends_with("ib"))
+    unit.resize(unit.size() - 2);
+  else if (unit.size() > 1 && unit.ends_with("b"))
+    unit.pop_back();
+  else if (unit == "b")
+    unit.clear();
   int shift = 0;
-  if (unit.empty()) shift = 0;
-  else if (unit == "k") shift = 10;
-  else if (unit == "m") shift = 20;
-  else if (unit == "g") shift = 30;
-  else if (unit == "t") shift = 40;
-  else return std::nullopt;
+  if (unit.empty())
+    shift = 0;
+  else if (unit == "k")
+    shift = 10;
+  else if (unit == "m")
+    shift = 20;
+  else if (unit == "g")
+    shift = 30;
+  else if (unit == "t")
+    shift = 40;
+  else
+    return std::nullopt;
   const double v = std::strtod(number.c_str(), nullptr) * std::ldexp(1.0, shift);
   if (!(v >= 0) || v > 1.8e19) return std::nullopt;
   return static_cast<std::uint64_t>(std::llround(v));
@@ -163,9 +177,12 @@ Options parse_args(int argc, char** argv) {
       std::exit(kExitOk);
     } else if (arg == "--backend") {
       const std::string v = need();
-      if (v == "host") o.backend = BackendKind::host;
-      else if (v == "cuda") o.backend = BackendKind::cuda;
-      else throw UsageError("--backend: expected host or cuda, got '" + v + "'");
+      if (v == "host")
+        o.backend = BackendKind::host;
+      else if (v == "cuda")
+        o.backend = BackendKind::cuda;
+      else
+        throw UsageError("--backend: expected host or cuda, got '" + v + "'");
     } else if (arg == "--conf") {
       o.confs.push_back(need());
     } else if (arg == "--capacity") {
@@ -177,9 +194,12 @@ Options parse_args(int argc, char** argv) {
       o.min_capacity = true;
     } else if (arg == "--policy") {
       const std::string v = need();
-      if (v == "memlake") o.gmlake_only = false;
-      else if (v == "gmlake") o.gmlake_only = true;
-      else throw UsageError("--policy: expected memlake or gmlake, got '" + v + "'");
+      if (v == "memlake")
+        o.gmlake_only = false;
+      else if (v == "gmlake")
+        o.gmlake_only = true;
+      else
+        throw UsageError("--policy: expected memlake or gmlake, got '" + v + "'");
     } else if (arg == "--gmlake-frag-limit") {
       const std::string v = need();
       const auto size = parse_size(v);
@@ -192,6 +212,20 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(o.gmlake.reuse_limit > 0)) {
         throw UsageError("--gmlake-reuse-limit: expected a positive number, got '" + v + "'");
       }
+    } else if (arg == "--gmlake-defrag-level") {
+      const std::string v = need();
+      if (v != "0" && v != "1" && v != "2") {
+        throw UsageError("--gmlake-defrag-level: expected 0, 1 or 2, got '" + v + "'");
+      }
+      o.gmlake.defrag_level = v[0] - '0';
+    } else if (arg == "--gmlake-auto-gc") {
+      const std::string v = need();
+      char* end = nullptr;
+      const double gib = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(gib >= 0) || gib > 1e9) {
+        throw UsageError("--gmlake-auto-gc: expected a number of GiB, got '" + v + "'");
+      }
+      o.gmlake.auto_gc_bytes = static_cast<std::uint64_t>(gib * static_cast<double>(1ull << 30));
     } else if (arg == "--gmlake-no-stitch") {
       flag();
       o.gmlake.defragment = false;
@@ -210,9 +244,12 @@ Options parse_args(int argc, char** argv) {
       if (o.svg.empty()) throw UsageError("--svg needs a file name");
     } else if (arg == "--svg-x") {
       const std::string v = need();
-      if (v == "event") o.svg_ts = false;
-      else if (v == "ts") o.svg_ts = true;
-      else throw UsageError("--svg-x: expected event or ts, got '" + v + "'");
+      if (v == "event")
+        o.svg_ts = false;
+      else if (v == "ts")
+        o.svg_ts = true;
+      else
+        throw UsageError("--svg-x: expected event or ts, got '" + v + "'");
     } else if (arg == "--no-progress") {
       flag();
       o.progress = false;
@@ -252,9 +289,11 @@ void write_chart(const std::string& path, const Loaded& l, const TraceReport& r,
   chart.title = t.name() + ": memory over time";
   chart.x_label = o.svg_ts ? "time (s)" : "event";
   chart.x_scale = o.svg_ts ? 1e-6 : 1.0;
+  chart.x_min = o.svg_ts && n ? static_cast<double>(t.events.front().ts_us) : 0.0;
   for (std::size_t k = 0; k < shape.values().size(); ++k) {
     const std::size_t last = std::min(n, (k + 1) * bucket) - 1;
-    chart.x.push_back(o.svg_ts ? static_cast<double>(t.events[last].ts_us) : static_cast<double>(last));
+    chart.x.push_back(o.svg_ts ? static_cast<double>(t.events[last].ts_us)
+                               : static_cast<double>(last));
   }
   auto cut = [&](std::vector<std::uint64_t> v, std::size_t replayed) {
     v.resize(std::min(v.size(), (replayed + bucket - 1) / bucket));
@@ -357,7 +396,8 @@ int run(const Options& o) {
       if (o.min_capacity) {
         const std::uint64_t live = r.trace_peak_live;
         if (!o.gmlake_only) {
-          std::uint64_t g = r.memlake->granularity ? r.memlake->granularity : GmlakePolicy::kGranularity;
+          std::uint64_t g =
+              r.memlake->granularity ? r.memlake->granularity : GmlakePolicy::kGranularity;
           std::uint64_t hint = static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
           std::uint64_t unlimited = r.memlake->capacity;
           if (o.capacity) {
@@ -431,7 +471,8 @@ int run(const Options& o) {
 
     if (!o.svg.empty()) {
       std::string path = svg_path(o.svg, t.name(), loaded.size() > 1);
-      if (!svg_names.insert(path).second) path = svg_path(o.svg, t.name() + "-" + std::to_string(ti), true);
+      if (!svg_names.insert(path).second)
+        path = svg_path(o.svg, t.name() + "-" + std::to_string(ti), true);
       svg_names.insert(path);
       try {
         write_chart(path, l, r, o, kSvgPoints);
@@ -460,7 +501,8 @@ int main(int argc, char** argv) {
   try {
     return memlake::run(memlake::parse_args(argc, argv));
   } catch (const memlake::UsageError& e) {
-    std::fprintf(stderr, "memlake-replay: %s\n(memlake-replay --help lists the options)\n", e.what());
+    std::fprintf(stderr, "memlake-replay: %s\n(memlake-replay --help lists the options)\n",
+                 e.what());
     return memlake::kExitBadInput;
   }
 }

@@ -28,8 +28,9 @@ std::uint32_t ns_between(Clock::time_point a, Clock::time_point b) {
 
 class ProgressBar {
  public:
-  ProgressBar(const Progress& p, std::size_t total) : enabled_(p.enabled && total > 0), label_(p.label), total_(total) {
-    step_ = std::max<std::size_t>(1, total / 200);
+  ProgressBar(const Progress& p, std::size_t total)
+      : enabled_(p.enabled && total > 0), label_(p.label), total_(total) {
+    step_ = std::max<std::size_t>(1, total / 100);  // one redraw per percent
     if (enabled_) draw(0);
   }
   ~ProgressBar() {
@@ -120,8 +121,9 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
     alloc_ns.reserve(n / 2 + 1);
     free_ns.reserve(n / 2 + 1);
   }
-  const std::size_t warm = std::min(
-      n, static_cast<std::size_t>(static_cast<double>(n) * std::clamp(setup.warmup_fraction, 0.0, 1.0)));
+  const std::size_t warm =
+      std::min(n, static_cast<std::size_t>(static_cast<double>(n) *
+                                           std::clamp(setup.warmup_fraction, 0.0, 1.0)));
   r.warmup_events = warm;
   Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
   ProgressBar bar(setup.progress, n);
@@ -142,8 +144,8 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
         r.oom_message = ex.what();
         break;
       } catch (const error& ex) {
-        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) + ") failed: " +
-                          ex.what());
+        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) +
+                          ") failed: " + ex.what());
       }
       const Clock::time_point t1 = Clock::now();
       ptr[i] = p;
@@ -166,13 +168,14 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
       try {
         alloc.deallocate(p, e.bytes, stream_of[i]);
       } catch (const error& ex) {
-        throw ReplayError(where(t, i) + "deallocate(" + std::to_string(e.bytes) + ") failed: " +
-                          ex.what());
+        throw ReplayError(where(t, i) + "deallocate(" + std::to_string(e.bytes) +
+                          ") failed: " + ex.what());
       }
       const Clock::time_point t1 = Clock::now();
       if (setup.timing) free_ns.push_back(ns_between(t0, t1));
     }
-    if (setup.series_points) sampler.add(i, static_cast<std::uint64_t>(alloc.stats().reserved_bytes.current));
+    if (setup.series_points)
+      sampler.add(i, static_cast<std::uint64_t>(alloc.stats().reserved_bytes.current));
     bar.tick(i);
   }
   r.seconds = seconds_since(start);

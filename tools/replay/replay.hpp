@@ -69,8 +69,8 @@ struct MemlakeResult {
   bool fits = true;
   std::optional<std::size_t> oom_event;  // index of the allocation that failed
   std::string oom_message;
-  Stats stats;                    // after the last event replayed
-  std::optional<Stats> warmup;    // after the first warmup_fraction of the events
+  Stats stats;                  // after the last event replayed
+  std::optional<Stats> warmup;  // after the first warmup_fraction of the events
   std::size_t warmup_events = 0;
   Percentiles alloc_ns, free_ns, all_ns;
   double seconds = 0;
@@ -99,7 +99,6 @@ std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points);
 // (fits). Assumes that more capacity never hurts. `tries` counts the runs.
 std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_fit,
                                   std::uint64_t step,
-                                  const std::function<bool(std::uint64_t)>& fits,
-                                  int* tries);
+                                  const std::function<bool(std::uint64_t)>& fits, int* tries);
 
 }  // namespace memlake

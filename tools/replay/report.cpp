@@ -19,7 +19,8 @@ std::string fmt(const char* f, double v) {
 // 1234567 -> "1,234,567"
 std::string count(std::uint64_t v) {
   std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+    s.insert(static_cast<std::size_t>(i), ",");
   return s;
 }
 
@@ -38,12 +39,14 @@ std::string pad(std::string s, std::size_t width, bool right = false) {
 }
 
 std::uint64_t peak_live(const TraceReport& r) {
-  if (r.memlake_policy && r.memlake) return static_cast<std::uint64_t>(r.memlake->stats.requested_bytes.peak);
+  if (r.memlake_policy && r.memlake)
+    return static_cast<std::uint64_t>(r.memlake->stats.requested_bytes.peak);
   return r.gmlake.peak_requested;
 }
 
 std::uint64_t peak_reserved(const TraceReport& r) {
-  if (r.memlake_policy && r.memlake) return static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
+  if (r.memlake_policy && r.memlake)
+    return static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
   return r.gmlake.peak_reserved;
 }
 
@@ -91,10 +94,18 @@ class Json {
     s_ += '"';
     for (char c : v) {
       switch (c) {
-        case '"': s_ += "\\\""; break;
-        case '\\': s_ += "\\\\"; break;
-        case '\n': s_ += "\\n"; break;
-        case '\t': s_ += "\\t"; break;
+        case '"':
+          s_ += "\\\"";
+          break;
+        case '\\':
+          s_ += "\\\\";
+          break;
+        case '\n':
+          s_ += "\\n";
+          break;
+        case '\t':
+          s_ += "\\t";
+          break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
             char buf[8];
@@ -121,11 +132,11 @@ class Json {
 
 std::string stats_json(const Stats& s) {
   Json j;
-#define MEMLAKE_STAT_JSON(name, kind, help)                                                  \
-  if (std::string_view(#kind) == "gauge") {                                                  \
+#define MEMLAKE_STAT_JSON(name, kind, help)                                                      \
+  if (std::string_view(#kind) == "gauge") {                                                      \
     j.key(#name).raw(Json().key("current").i(s.name.current).key("peak").i(s.name.peak).done()); \
-  } else {                                                                                   \
-    j.key(#name).i(s.name.current);                                                          \
+  } else {                                                                                       \
+    j.key(#name).i(s.name.current);                                                              \
   }
   MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_JSON)
 #undef MEMLAKE_STAT_JSON
@@ -150,11 +161,19 @@ std::string gmlake_json(const TraceReport& r) {
   j.key("stitches").u(c.path_stitch).key("stitched_chunks").u(c.stitched_chunks);
   j.key("sblock_reuses").u(c.path_sblock).key("sblocks_collected").u(c.sblocks_collected);
   j.key("segments_released").u(c.segments_released).key("ooms").u(c.ooms);
-  j.key("vmm_calls").u(c.vmm_calls()).key("cuda_malloc").u(c.cuda_malloc).key("cuda_free").u(c.cuda_free);
+  j.key("vmm_calls")
+      .u(c.vmm_calls())
+      .key("cuda_malloc")
+      .u(c.cuda_malloc)
+      .key("cuda_free")
+      .u(c.cuda_free);
   j.key("mem_create").u(c.mem_create).key("mem_map").u(c.mem_map).key("set_access").u(c.set_access);
   j.key("address_reserve").u(c.address_reserve).key("mem_unmap").u(c.mem_unmap);
   j.key("mem_release").u(c.mem_release).key("address_free").u(c.address_free);
-  j.key("frag_limit_bytes").u(r.gmlake_options.frag_limit).key("reuse_limit").d(r.gmlake_options.reuse_limit);
+  j.key("frag_limit_bytes")
+      .u(r.gmlake_options.frag_limit)
+      .key("reuse_limit")
+      .d(r.gmlake_options.reuse_limit);
   j.key("seconds").d(g.seconds);
   return j.done();
 }
@@ -179,23 +198,27 @@ void print_table(std::FILE* out, const TraceReport& r) {
   const std::uint64_t ref_live = reference_live(r);
   const char* who = r.memlake_policy ? "memlake" : "gmlake policy";
   std::fprintf(out, "%s  (%s)\n", t.name().c_str(), t.path.c_str());
-  line(out, "events", count(t.events.size()) + ": " + count(r.allocs) + " allocs, " +
-                          count(r.frees) + " frees, " + count(r.streams) +
-                          (r.streams == 1 ? " stream" : " streams"));
+  line(out, "events",
+       count(t.events.size()) + ": " + count(r.allocs) + " allocs, " + count(r.frees) + " frees, " +
+           count(r.streams) + (r.streams == 1 ? " stream" : " streams"));
   std::string live_text = gib(live) + " (" + count(live) + " bytes";
   if (t.meta.peak_live_bytes) {
-    live_text += *t.meta.peak_live_bytes == live ? ", as the trace header says"
-                                                 : "; trace header: " + count(*t.meta.peak_live_bytes);
+    live_text += *t.meta.peak_live_bytes == live
+                     ? ", as the trace header says"
+                     : "; trace header: " + count(*t.meta.peak_live_bytes);
   }
   line(out, "peak live", live_text + ")");
   if (r.memlake_policy && r.memlake) {
-    line(out, "backend", r.memlake->backend + ", capacity " + gib(r.memlake->capacity) +
-                             ", granularity " + mib(r.memlake->granularity));
+    line(out, "backend",
+         r.memlake->backend + ", capacity " + gib(r.memlake->capacity) + ", granularity " +
+             mib(r.memlake->granularity));
   }
-  std::fprintf(out, "\n  %s %s %s %s\n", pad("allocator", 26).c_str(),
-               pad("peak reserved", 14, true).c_str(), pad("utilization", 12, true).c_str(),
-               pad(std::string(r.memlake_policy ? "memlake" : "gmlake") + " / it", 14, true).c_str());
-  auto row = [&](const std::string& name, std::uint64_t bytes, std::uint64_t live_bytes, bool with_ratio) {
+  std::fprintf(
+      out, "\n  %s %s %s %s\n", pad("allocator", 26).c_str(),
+      pad("peak reserved", 14, true).c_str(), pad("utilization", 12, true).c_str(),
+      pad(std::string(r.memlake_policy ? "memlake" : "gmlake") + " / it", 14, true).c_str());
+  auto row = [&](const std::string& name, std::uint64_t bytes, std::uint64_t live_bytes,
+                 bool with_ratio) {
     std::fprintf(out, "  %s %s %s %s\n", pad(name, 26).c_str(), pad(gib(bytes), 14, true).c_str(),
                  pad(fmt("%.3f", ratio(live_bytes, bytes)), 12, true).c_str(),
                  with_ratio ? pad(fmt("%.3f", ratio(reserved, bytes)), 14, true).c_str() : "");
@@ -211,11 +234,13 @@ void print_table(std::FILE* out, const TraceReport& r) {
   if (r.memlake_policy && r.memlake) {
     const MemlakeResult& m = *r.memlake;
     const Stats& s = m.stats;
-    std::fprintf(out, "  %s %s %s %s\n", pad("ns per op", 16).c_str(), pad("count", 10, true).c_str(),
-                 pad("median", 8, true).c_str(), pad("p99", 10, true).c_str());
+    std::fprintf(out, "  %s %s %s %s\n", pad("ns per op", 16).c_str(),
+                 pad("count", 10, true).c_str(), pad("median", 8, true).c_str(),
+                 pad("p99", 10, true).c_str());
     auto ns_row = [&](const char* name, const Percentiles& p) {
-      std::fprintf(out, "    %s %s %s %s\n", pad(name, 14).c_str(), pad(count(p.count), 10, true).c_str(),
-                   pad(count(p.median), 8, true).c_str(), pad(count(p.p99), 10, true).c_str());
+      std::fprintf(out, "    %s %s %s %s\n", pad(name, 14).c_str(),
+                   pad(count(p.count), 10, true).c_str(), pad(count(p.median), 8, true).c_str(),
+                   pad(count(p.p99), 10, true).c_str());
     };
     ns_row("allocate", m.alloc_ns);
     ns_row("deallocate", m.free_ns);
@@ -227,12 +252,14 @@ void print_table(std::FILE* out, const TraceReport& r) {
              " on the critical path, " +
              (warm >= 0 ? count(static_cast<std::uint64_t>(warm)) : std::string("n/a")) +
              " of them after warm-up (the first " + count(m.warmup_events) + " events)");
-    line(out, "paths", "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
-                           count(s.path_exact.current) + ", split " + count(s.path_split.current) +
-                           ", stitch " + count(s.path_stitch.current) + ", new " +
-                           count(s.path_new.current) + ", reclaim " + count(s.path_reclaim.current));
-    line(out, "stitches", count(s.stitches.current) + " (" + count(s.evictions.current) +
-                              " cached segments evicted)");
+    line(out, "paths",
+         "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
+             count(s.path_exact.current) + ", split " + count(s.path_split.current) + ", stitch " +
+             count(s.path_stitch.current) + ", new " + count(s.path_new.current) + ", reclaim " +
+             count(s.path_reclaim.current));
+    line(out, "stitches",
+         count(s.stitches.current) + " (" + count(s.evictions.current) +
+             " cached segments evicted)");
     line(out, "OOMs", count(s.ooms.current));
   }
   const GmlakeCounters& gc = r.gmlake.counters;
@@ -250,18 +277,21 @@ void print_table(std::FILE* out, const TraceReport& r) {
       return s;
     };
     if (r.memlake_policy && r.memlake) {
-      line(out, "capacity", "memlake " + fit_text(r.memlake->fits, r.memlake->oom_event, r.memlake->oom_message));
+      line(out, "capacity",
+           "memlake " + fit_text(r.memlake->fits, r.memlake->oom_event, r.memlake->oom_message));
     }
     line(out, "capacity", "gmlake policy " + fit_text(r.gmlake.fits, r.gmlake.oom_event, ""));
   }
   auto min_text = [&](const CapacitySearch& c) {
-    if (!c.found) return std::string("not found (") + count(static_cast<std::uint64_t>(c.tries)) + " tries)";
+    if (!c.found)
+      return std::string("not found (") + count(static_cast<std::uint64_t>(c.tries)) + " tries)";
     return gib(c.bytes) + " (" + count(c.bytes) + " bytes), " +
            fmt("%.3f", ratio(c.bytes, reference_live(r))) + " x peak live, " +
            count(static_cast<std::uint64_t>(c.tries)) + " tries";
   };
   if (r.min_capacity) line(out, "min capacity", "memlake " + min_text(*r.min_capacity));
-  if (r.gmlake_min_capacity) line(out, "min capacity", "gmlake policy " + min_text(*r.gmlake_min_capacity));
+  if (r.gmlake_min_capacity)
+    line(out, "min capacity", "gmlake policy " + min_text(*r.gmlake_min_capacity));
   std::string times = fmt("%.2f s reading", r.read_seconds);
   if (r.memlake) times += fmt(", %.2f s memlake", r.memlake->seconds);
   times += fmt(", %.2f s gmlake policy", r.gmlake.seconds);

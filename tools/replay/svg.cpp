@@ -41,11 +41,20 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -67,8 +76,8 @@ double nice_step(double range, int want) {
 std::string render_svg(const SvgChart& c) {
   const double pw = kWidth - kLeft - kRight;
   const double ph = kHeight - kTop - kBottom;
-  double x0 = c.x.empty() ? 0 : c.x.front();
-  double x1 = c.x.empty() ? 1 : c.x.back();
+  const double x0 = c.x_min;
+  double x1 = c.x.empty() ? x0 + 1 : c.x.back();
   if (x1 <= x0) x1 = x0 + 1;
   double ymax = 0;
   for (const SvgSeries& s : c.series) {
@@ -123,8 +132,8 @@ std::string render_svg(const SvgChart& c) {
     for (std::size_t i = 0; i < n; ++i) {
       pts += num(px(c.x[i])) + "," + num(py(static_cast<double>(ser.values[i]) / kGiB)) + " ";
     }
-    s += "<polyline fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"1.5\" points=\"" + pts +
-         "\"/>\n";
+    s += "<polyline fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"1.5\" points=\"" +
+         pts + "\"/>\n";
   }
   // Legend, top left inside the plot.
   const std::size_t entries = c.series.size() + c.lines.size();
@@ -150,7 +159,8 @@ void write_svg(const std::string& path, const SvgChart& chart) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
+  if (std::fclose(f) != 0 || !ok)
+    throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
 }
 
 }  // namespace memlake

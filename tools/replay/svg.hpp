@@ -24,6 +24,7 @@ struct SvgChart {
   std::string title;
   std::string x_label;
   double x_scale = 1.0;  // axis labels show x * x_scale
+  double x_min = 0;      // left end of the x axis
   std::vector<double> x;
   std::vector<SvgSeries> series;
   std::vector<SvgLine> lines;

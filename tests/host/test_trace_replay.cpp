@@ -1,0 +1,147 @@
+// The replay layer of memlake-replay (tools/replay/replay.cpp): sampling,
+// percentiles, the capacity search, and small traces through memlake on the
+// HostBackend and through the GMLake policy.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "tools/replay/replay.hpp"
+
+// Compiled in here like the policy (test_gmlake_policy.cpp), since the
+// replay code belongs to the tool, not to the library.
+#include "tools/replay/replay.cpp"  // NOLINT(bugprone-suspicious-include)
+
+namespace memlake {
+namespace {
+
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+TEST(TraceReplay, SamplerKeepsTheMaximumPerBucket) {
+  Sampler s(10, 4);  // buckets of 3 events: 4 points
+  EXPECT_EQ(s.bucket_size(), 3u);
+  const std::uint64_t v[10] = {5, 9, 1, 2, 2, 2, 7, 0, 0, 4};
+  for (std::size_t i = 0; i < 10; ++i) s.add(i, v[i]);
+  EXPECT_EQ(s.values(), (std::vector<std::uint64_t>{9, 2, 7, 4}));
+  Sampler few(3, 2000);
+  EXPECT_EQ(few.bucket_size(), 1u);
+  EXPECT_EQ(few.values().size(), 3u);
+}
+
+TEST(TraceReplay, Percentiles) {
+  std::vector<std::uint32_t> ns(100);
+  std::iota(ns.begin(), ns.end(), 1);  // 1..100
+  std::reverse(ns.begin(), ns.end());
+  const Percentiles p = percentiles(ns);
+  EXPECT_EQ(p.count, 100u);
+  EXPECT_EQ(p.median, 51u);
+  EXPECT_EQ(p.p99, 99u);
+  EXPECT_EQ(percentiles({7}).p99, 7u);
+  EXPECT_EQ(percentiles({}).count, 0u);
+}
+
+TEST(TraceReplay, CapacitySearchFindsTheSmallestStep) {
+  int tries = 0;
+  auto fits = [](std::uint64_t c) { return c >= 37 * MiB; };
+  EXPECT_EQ(min_capacity_search(0, 100 * MiB, 2 * MiB, fits, &tries), 38 * MiB);
+  EXPECT_GT(tries, 0);
+  EXPECT_LE(tries, 6);  // log2(50 steps)
+  tries = 0;
+  EXPECT_EQ(min_capacity_search(36 * MiB, 38 * MiB, 2 * MiB, fits, &tries), 38 * MiB);
+  EXPECT_EQ(tries, 0);
+}
+
+// alloc a (4 MiB, default stream), b (4 MiB, stream 5), free a, alloc c
+// (4 MiB, default stream), free b, free c.
+Trace two_stream_trace() {
+  return parse_trace(
+      "# memlake-trace v1 workload=two_streams\n"
+      "# baseline native peak_reserved_bytes=41943040\n"
+      "ts_us,op,id,bytes,stream\n"
+      "0,alloc,1,4194304,0\n"
+      "1,alloc,2,4194304,5\n"
+      "2,free,1,4194304,0\n"
+      "3,alloc,3,4194304,0\n"
+      "4,free,2,4194304,5\n"
+      "5,free,3,4194304,0\n",
+      "two_streams.csv");
+}
+
+Config host_config(std::size_t capacity) {
+  Config c;
+  c.backend = BackendKind::host;
+  c.capacity = capacity;
+  return c;
+}
+
+TEST(TraceReplay, MemlakeReplayOnTheHostBackend) {
+  const Trace t = two_stream_trace();
+  const std::vector<std::uint32_t> alloc_of = match_frees(t);
+  ReplaySetup setup;
+  setup.trace = &t;
+  setup.alloc_of = &alloc_of;
+  setup.series_points = 4;
+  const MemlakeResult r = replay_memlake(setup, host_config(0));
+  EXPECT_TRUE(r.fits);
+  EXPECT_EQ(r.events_replayed, 6u);
+  EXPECT_EQ(r.stats.allocs.current, 3);
+  EXPECT_EQ(r.stats.frees.current, 3);
+  EXPECT_EQ(r.stats.requested_bytes.peak, static_cast<std::int64_t>(8 * MiB));
+  EXPECT_EQ(r.stats.requested_bytes.current, 0);
+  EXPECT_GE(r.stats.reserved_bytes.peak, static_cast<std::int64_t>(8 * MiB));
+  EXPECT_EQ(r.alloc_ns.count, 3u);
+  EXPECT_EQ(r.free_ns.count, 3u);
+  EXPECT_EQ(r.all_ns.count, 6u);
+  ASSERT_TRUE(r.warmup.has_value());
+  EXPECT_EQ(r.warmup_events, 1u);  // 30% of 6 events
+  EXPECT_EQ(r.warmup->allocs.current, 1);
+  EXPECT_EQ(r.reserved_series.size(), 3u);  // buckets of 2 events
+}
+
+TEST(TraceReplay, MemlakeReportsWhereItRunsOutOfMemory) {
+  // Three live 4 MiB blocks cannot fit in 8 MiB.
+  const Trace t = parse_trace(
+      "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,alloc,2,4194304,0\n"
+      "2,alloc,3,4194304,0\n3,free,1,4194304,0\n",
+      "oom.csv");
+  const std::vector<std::uint32_t> alloc_of = match_frees(t);
+  ReplaySetup setup;
+  setup.trace = &t;
+  setup.alloc_of = &alloc_of;
+  const MemlakeResult r = replay_memlake(setup, host_config(8 * MiB));
+  EXPECT_FALSE(r.fits);
+  ASSERT_TRUE(r.oom_event.has_value());
+  EXPECT_LE(*r.oom_event, 2u);
+  EXPECT_EQ(t.events[*r.oom_event].op, TraceOp::alloc);
+  EXPECT_EQ(r.events_replayed, *r.oom_event);
+  EXPECT_FALSE(r.oom_message.empty());
+  EXPECT_TRUE(replay_memlake(setup, host_config(64 * MiB)).fits);
+}
+
+TEST(TraceReplay, GmlakeReplay) {
+  const Trace t = two_stream_trace();
+  const std::vector<std::uint32_t> alloc_of = match_frees(t);
+  ReplaySetup setup;
+  setup.trace = &t;
+  setup.alloc_of = &alloc_of;
+  setup.series_points = 6;
+  // 4 MiB requests take 20 MiB segments; streams do not share them; c
+  // reuses a's segment: 40 MiB.
+  const GmlakeResult r = replay_gmlake(setup, GmlakeOptions{});
+  EXPECT_TRUE(r.fits);
+  EXPECT_EQ(r.peak_reserved, 40 * MiB);
+  EXPECT_EQ(r.peak_requested, 8 * MiB);
+  EXPECT_EQ(r.counters.path_new, 2u);
+  EXPECT_EQ(r.counters.path_block, 1u);
+  EXPECT_EQ(r.reserved_series, (std::vector<std::uint64_t>{20 * MiB, 40 * MiB, 40 * MiB, 40 * MiB,
+                                                           40 * MiB, 40 * MiB}));
+  GmlakeOptions small;
+  small.capacity = 30 * MiB;
+  const GmlakeResult o = replay_gmlake(setup, small);
+  EXPECT_FALSE(o.fits);
+  EXPECT_EQ(o.oom_event, 1u);
+  EXPECT_EQ(live_series(t, 6),
+            (std::vector<std::uint64_t>{4 * MiB, 8 * MiB, 4 * MiB, 8 * MiB, 4 * MiB, 0}));
+}
+
+}  // namespace
+}  // namespace memlake
