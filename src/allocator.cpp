@@ -90,7 +90,7 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
     ++stats_.misuse_errors.current;
     char buf[128];
     std::snprintf(buf, sizeof buf, "unknown stream %p: not a stream of this allocator's %s backend",
-                  stream, backend_->name());
+                  stream, counting_->upstream().name());
     misuse(buf);
   }
   const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
@@ -240,7 +240,7 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_oom(bytes, stream); });
   std::string msg = "memlake: out of memory on device " + std::to_string(backend_->device()) +
-                    " (" + backend_->name() + "): requested " + gib(bytes);
+                    " (" + counting_->upstream().name() + "): requested " + gib(bytes);
   if (bytes > lake_.capacity()) msg += ", more than the whole capacity";
   msg += "; live " + gib(static_cast<std::size_t>(stats_.live_bytes.current)) + ", reserved " +
          gib(static_cast<std::size_t>(stats_.reserved_bytes.current)) + ", largest free block " +
