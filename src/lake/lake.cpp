@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 namespace memlake::lake {
@@ -110,12 +111,10 @@ std::vector<std::pair<DevicePtr, std::size_t>> Lake::aliases(DevicePtr ptr,
     DevicePtr here = seg.va + seg.offsets[i];
     std::size_t start = (i == a->first_chunk) ? ptr - here : 0;
     std::size_t len = std::min(c.size - start, size - done);
-    for (SegmentId other : c.mapped_in) {
-      if (other == a->segment) continue;
-      const Segment& o = segments_[other];
-      std::size_t k = 0;
-      while (o.chunks[k] != seg.chunks[i]) ++k;
-      out.emplace_back(o.va + o.offsets[k] + start, len);
+    for (Mapping other : c.mapped_in) {
+      if (other.segment == a->segment) continue;
+      const Segment& o = segments_[other.segment];
+      out.emplace_back(o.va + o.offsets[other.index] + start, len);
     }
     done += len;
   }
@@ -138,8 +137,8 @@ std::string Lake::check_invariants() const {
     if (in_pool) err << "owned chunk " << id << " is in the free pool; ";
     if (c.live == 0) err << "owned chunk " << id << " has no live piece; ";
     const Segment& owner = segments_[c.owner];
-    if (!owner.in_use ||
-        std::find(c.mapped_in.begin(), c.mapped_in.end(), c.owner) == c.mapped_in.end())
+    if (!owner.in_use || std::none_of(c.mapped_in.begin(), c.mapped_in.end(),
+                                      [&](Mapping m) { return m.segment == c.owner; }))
       err << "chunk " << id << " owned by a segment that does not map it; ";
     std::size_t expect = 0;
     std::uint32_t allocated = 0;
@@ -160,7 +159,7 @@ std::string Lake::check_invariants() const {
       err << "chunk " << id << " pieces cover " << expect << " of " << c.size << "; ";
     if (allocated != c.live) err << "chunk " << id << " live count is off; ";
   }
-  std::size_t idle = 0;
+  std::size_t idle = 0, total_runs = 0;
   for (SegmentId s = 0; s < segments_.size(); ++s) {
     const Segment& seg = segments_[s];
     if (!seg.in_use) continue;
@@ -171,6 +170,23 @@ std::string Lake::check_invariants() const {
       if (chunks_[c].owner == s) ++owned;
     }
     if (busy != seg.busy || owned != seg.owned) err << "segment " << s << " counts are off; ";
+    std::map<std::uint32_t, std::uint32_t> runs;
+    for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
+      const Chunk& c = chunks_[seg.chunks[i]];
+      if (std::find(c.mapped_in.begin(), c.mapped_in.end(), Mapping{s, i}) == c.mapped_in.end())
+        err << "segment " << s << " slot " << i << " missing from its chunk's mappings; ";
+      if (c.owner != kNone) continue;
+      if (!runs.empty() && std::prev(runs.end())->first + std::prev(runs.end())->second == i)
+        ++std::prev(runs.end())->second;
+      else
+        runs.emplace(i, 1);
+    }
+    if (runs != seg.runs) err << "segment " << s << " free runs are off; ";
+    for (auto [start, count] : runs) {
+      if (!free_runs_.count({run_bytes(seg, start, count), s, start}))
+        err << "segment " << s << " run at " << start << " missing from the index; ";
+    }
+    total_runs += runs.size();
     const bool is_idle = idle_by_size_.count({seg.size, s}) != 0;
     if (is_idle != (busy == 0)) err << "segment " << s << " idle index is off; ";
     if ((unpinned_by_age_.count({seg.last_used, s}) != 0) != (owned == 0))
@@ -187,6 +203,7 @@ std::string Lake::check_invariants() const {
   if (indexed != fragment_bytes) err << "fragment index holds stale pieces; ";
   if (mapped != mapped_bytes_) err << "mapped bytes disagree; ";
   if (idle != idle_by_size_.size()) err << "idle index holds stale entries; ";
+  if (total_runs != free_runs_.size()) err << "free-run index holds stale entries; ";
   return err.str();
 }
 

@@ -3,10 +3,13 @@
 // handed to it) and is not thread-safe (the allocator holds its lock).
 //
 // Allocation ladder (strategy.cpp), cheapest first:
-//   small requests: fragment exact/best fit -> then as a one-granule request
-//   others:         idle segment that fits (exact) -> fragment best fit (split)
-//                   -> stitch free chunks (+ new ones for the deficit)
-//                   -> new chunks -> (caller) reclaim and retry -> OOM
+//   small requests: fragment exact/best fit -> first chunk of the smallest
+//                   free run -> a one-chunk segment
+//   others:         idle segment that fits (exact) -> continuation of a recent
+//                   tail -> fragment best fit (split) -> smallest free run
+//                   -> continuation past a segment's end -> stitch free chunks
+//                   (+ new ones for the deficit) -> (caller) reclaim and retry
+//                   -> OOM
 #pragma once
 
 #include <cstddef>
@@ -81,7 +84,7 @@ class Lake {
   LakeResult allocate_small(std::size_t size);
   LakeResult allocate_large(std::size_t size);
   SegmentId find_idle_segment(std::size_t bytes) const;
-  SegmentId find_idle_prefix(std::size_t bytes) const;
+  bool find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
   LakeResult try_continuation(std::size_t size, bool extend);
   bool extend_segment(SegmentId s, std::vector<ChunkId> ids);
   void remember_tail(SegmentId s, std::size_t last_chunk_index);
@@ -103,6 +106,12 @@ class Lake {
   void claim(ChunkId c, SegmentId s, std::size_t offset_in_segment);
   void unclaim(ChunkId c);
   void touch(SegmentId s);
+  // Free-run index upkeep (segments.cpp).
+  std::size_t run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const;
+  void run_insert(SegmentId s, std::uint32_t start, std::uint32_t count);
+  void run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterator it);
+  void slot_freed(SegmentId s, std::uint32_t index);
+  void slot_claimed(SegmentId s, std::uint32_t index);
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
 
@@ -112,7 +121,10 @@ class Lake {
   void fragment_insert(Piece* p);
   void fragment_erase(Piece* p);
   DevicePtr piece_address(const Piece* p) const;
-  DevicePtr place_on_segment(SegmentId s, std::size_t size, std::size_t requested);
+  // Places a block at chunk slot `start` of segment `s`; the slots covering
+  // it must hold free chunks.
+  DevicePtr place_on_segment(SegmentId s, std::size_t size, std::size_t requested,
+                             std::uint32_t start = 0);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   DevicePtr place_continuation(SegmentId s, std::uint32_t chunk_index, Piece* tail,
                                std::size_t size);
@@ -143,6 +155,13 @@ class Lake {
   std::set<std::pair<std::size_t, SegmentId>> idle_by_size_;       // busy == 0
   std::set<std::pair<std::uint64_t, SegmentId>> unpinned_by_age_;  // owned == 0, LRU order
   std::map<DevicePtr, SegmentId> segment_at_;                      // by base address
+  struct RunKey {
+    std::size_t bytes;
+    SegmentId segment;
+    std::uint32_t start;
+    auto operator<=>(const RunKey&) const = default;
+  };
+  std::set<RunKey> free_runs_;  // every segment's runs of free chunks, by size
   std::unordered_map<DevicePtr, Allocation> allocations_;
 
   std::size_t reserved_bytes_ = 0;

@@ -78,23 +78,25 @@ void Lake::record(DevicePtr ptr, const Allocation& a) {
 // Places an allocation at the base of segment `s`, whose chunks covering
 // [0, size) must all be free: it claims them and carves the leading piece of
 // each. The tail of the last chunk becomes a fragment.
-DevicePtr Lake::place_on_segment(SegmentId s, std::size_t size, std::size_t requested) {
+DevicePtr Lake::place_on_segment(SegmentId s, std::size_t size, std::size_t requested,
+                                 std::uint32_t start) {
   Segment& seg = segments_[s];
-  Allocation a{s, 0, 0, nullptr, size, requested};
+  Allocation a{s, start, 0, nullptr, size, requested};
   std::size_t covered = 0;
-  for (std::size_t i = 0; i < seg.chunks.size() && covered < size; ++i) {
+  for (std::size_t i = start; i < seg.chunks.size() && covered < size; ++i) {
     ChunkId c = seg.chunks[i];
     claim(c, s, seg.offsets[i]);
     Chunk& chunk = chunks_[c];
-    std::size_t here = std::min(chunk.size, size - covered);
-    Piece* p = carve(chunk.pieces, here);
+    Piece* p = carve(chunk.pieces, std::min(chunk.size, size - covered));
     if (a.chunk_count++ == 0) a.piece = p;
     covered += chunk.size;
   }
-  remember_tail(s, a.chunk_count - 1);
+  assert(covered >= size);
+  remember_tail(s, start + a.chunk_count - 1);
   touch(s);
-  record(seg.va, a);
-  return seg.va;
+  const DevicePtr ptr = seg.va + seg.offsets[start];
+  record(ptr, a);
+  return ptr;
 }
 
 DevicePtr Lake::place_on_piece(Piece* fragment, std::size_t size, std::size_t requested) {

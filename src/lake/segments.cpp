@@ -116,11 +116,14 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
   seg.stitched = stitched;
   seg.in_use = true;
   seg.offsets = std::move(offsets);
-  for (ChunkId c : ids) {
-    chunks_[c].mapped_in.push_back(id);
-    if (chunks_[c].owner != kNone) ++seg.busy;
+  for (std::uint32_t i = 0; i < ids.size(); ++i) {
+    chunks_[ids[i]].mapped_in.push_back({id, i});
+    if (chunks_[ids[i]].owner != kNone) ++seg.busy;
   }
   seg.chunks = std::move(ids);
+  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
+    if (chunks_[seg.chunks[i]].owner == kNone) slot_freed(id, i);
+  }
   segment_at_.emplace(va, id);
   mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
@@ -164,15 +167,29 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
     if (st == Status::out_of_memory) return false;
     backend_failure("set_access", st);
   }
+  // A run reaching the old end changes its byte length: take it out while
+  // the segment grows, then let the new slots join it.
+  std::uint32_t tail_start = 0, tail_count = 0;
+  if (!seg.runs.empty()) {
+    auto last = std::prev(seg.runs.end());
+    if (last->first + last->second == seg.chunks.size()) {
+      tail_start = last->first;
+      tail_count = last->second;
+      run_erase(s, last);
+    }
+  }
   offset = seg.size;
+  if (!seg.stitched) gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
+  seg.size += total;
+  const auto first_new = static_cast<std::uint32_t>(seg.chunks.size());
   for (ChunkId c : ids) {
+    chunks_[c].mapped_in.push_back({s, static_cast<std::uint32_t>(seg.chunks.size())});
     seg.chunks.push_back(c);
     seg.offsets.push_back(offset);
     offset += chunks_[c].size;
-    chunks_[c].mapped_in.push_back(s);
   }
-  if (!seg.stitched) gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
-  seg.size += total;
+  if (tail_count) run_insert(s, tail_start, tail_count);
+  for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slot_freed(s, i);
   seg.stitched = true;
   mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
@@ -189,10 +206,11 @@ void Lake::unmap_segment(SegmentId id) {
   assert(seg.owned == 0);
   unpinned_by_age_.erase({seg.last_used, id});
   if (seg.busy == 0) idle_erase(id);
-  for (std::size_t i = 0; i < seg.chunks.size(); ++i) {
+  while (!seg.runs.empty()) run_erase(id, seg.runs.begin());
+  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
     Status s = backend_.unmap(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
     if (s != Status::ok) backend_failure("unmap", s);
-    std::erase(chunks_[seg.chunks[i]].mapped_in, id);
+    std::erase(chunks_[seg.chunks[i]].mapped_in, Mapping{id, i});
   }
   Status s = backend_.unreserve(seg.va, seg.va_size);
   if (s != Status::ok) backend_failure("unreserve", s);
@@ -231,8 +249,9 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   c.owner_offset = offset_in_segment;
   c.pieces = new Piece{0, c.size, id, false, nullptr, nullptr};
   if (segments_[s].owned++ == 0) unpinned_by_age_.erase({segments_[s].last_used, s});
-  for (SegmentId m : c.mapped_in) {
-    if (segments_[m].busy++ == 0) idle_erase(m);
+  for (Mapping m : c.mapped_in) {
+    if (segments_[m.segment].busy++ == 0) idle_erase(m.segment);
+    slot_claimed(m.segment, m.index);
   }
 }
 
@@ -247,9 +266,61 @@ void Lake::unclaim(ChunkId id) {
   c.owner = kNone;
   free_chunks_.emplace(c.size, id);
   free_chunk_bytes_ += c.size;
-  for (SegmentId m : c.mapped_in) {
-    if (--segments_[m].busy == 0) idle_insert(m);
+  for (Mapping m : c.mapped_in) {
+    if (--segments_[m.segment].busy == 0) idle_insert(m.segment);
+    slot_freed(m.segment, m.index);
   }
+}
+
+std::size_t Lake::run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const {
+  const std::size_t end = start + count < seg.chunks.size() ? seg.offsets[start + count] : seg.size;
+  return end - seg.offsets[start];
+}
+
+void Lake::run_insert(SegmentId s, std::uint32_t start, std::uint32_t count) {
+  Segment& seg = segments_[s];
+  seg.runs.emplace(start, count);
+  free_runs_.insert({run_bytes(seg, start, count), s, start});
+}
+
+void Lake::run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterator it) {
+  Segment& seg = segments_[s];
+  free_runs_.erase({run_bytes(seg, it->first, it->second), s, it->first});
+  seg.runs.erase(it);
+}
+
+// Slot `index` of segment `s` now holds a free chunk: join the runs beside it.
+void Lake::slot_freed(SegmentId s, std::uint32_t index) {
+  Segment& seg = segments_[s];
+  std::uint32_t start = index, count = 1;
+  auto right = seg.runs.find(index + 1);
+  if (right != seg.runs.end()) {
+    count += right->second;
+    run_erase(s, right);
+  }
+  auto left = seg.runs.lower_bound(index);
+  if (left != seg.runs.begin()) {
+    --left;
+    if (left->first + left->second == index) {
+      start = left->first;
+      count += left->second;
+      run_erase(s, left);
+    }
+  }
+  run_insert(s, start, count);
+}
+
+// Slot `index` of segment `s` now holds an owned chunk: split its run.
+void Lake::slot_claimed(SegmentId s, std::uint32_t index) {
+  Segment& seg = segments_[s];
+  auto it = seg.runs.upper_bound(index);
+  assert(it != seg.runs.begin());
+  --it;
+  const std::uint32_t start = it->first, count = it->second;
+  assert(index >= start && index < start + count);
+  run_erase(s, it);
+  if (index > start) run_insert(s, start, index - start);
+  if (index + 1 < start + count) run_insert(s, index + 1, start + count - index - 1);
 }
 
 // Called on placement, while the segment owns chunks (so it is in no LRU set).

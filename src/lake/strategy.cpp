@@ -49,8 +49,10 @@ LakeResult Lake::allocate_small(std::size_t size) {
     return {place_on_piece(f, size, size), path, size};
   }
   const std::size_t bytes = options_.granularity;
-  if (SegmentId s = find_idle_segment(bytes); s != kNone)
-    return {place_on_segment(s, size, size), AllocPath::split, size};
+  SegmentId run_segment;
+  std::uint32_t run_start;
+  if (find_free_run(bytes, &run_segment, &run_start))
+    return {place_on_segment(run_segment, size, size, run_start), AllocPath::split, size};
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
@@ -65,8 +67,10 @@ LakeResult Lake::allocate_large(std::size_t size) {
   if (Piece* f = find_fragment(size))
     return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
             size};
-  if (SegmentId s = find_idle_prefix(bytes); s != kNone)
-    return {place_on_segment(s, size, size), AllocPath::split, size};
+  SegmentId run_segment;
+  std::uint32_t run_start;
+  if (find_free_run(bytes, &run_segment, &run_start))
+    return {place_on_segment(run_segment, size, size, run_start), AllocPath::split, size};
   if (LakeResult r = try_continuation(size, /*extend=*/true); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
@@ -74,13 +78,16 @@ LakeResult Lake::allocate_large(std::size_t size) {
   return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
 }
 
-// An idle segment larger than the fit slack allows: the block takes its
-// first chunks and the rest stay free, in place for the blocks that follow
-// (training repeats its order of requests, so the layout of the last step
-// is usually right for this one).
-SegmentId Lake::find_idle_prefix(std::size_t bytes) const {
-  auto it = idle_by_size_.lower_bound({bytes, 0});
-  return it == idle_by_size_.end() ? kNone : it->second;
+// The smallest run of free chunks inside a mapped segment that holds
+// `bytes`: the block takes its first chunks in place, the rest stay free.
+// Training repeats its order of requests, so the layout of the last step is
+// usually right for this one, and nothing needs mapping.
+bool Lake::find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const {
+  auto it = free_runs_.lower_bound({bytes, 0, 0});
+  if (it == free_runs_.end()) return false;
+  *s = it->segment;
+  *start = it->start;
+  return true;
 }
 
 // A large block may start in the free tail of a recent block's last chunk
@@ -129,7 +136,8 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
                               SegmentId exclude) const {
   auto excluded = [&](ChunkId c) {
     const auto& m = chunks_[c].mapped_in;
-    return exclude != kNone && std::find(m.begin(), m.end(), exclude) != m.end();
+    return exclude != kNone &&
+           std::any_of(m.begin(), m.end(), [&](Mapping x) { return x.segment == exclude; });
   };
   std::size_t remaining = bytes;
   // Walk down from the largest chunk that fits; everything at or above `it`

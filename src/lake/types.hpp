@@ -22,6 +22,8 @@
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
 //   by exactly one segment that maps it and holds >= 1 live piece in it;
 //   sum(chunk sizes) == reserved bytes.
+// Free runs: every maximal run of consecutive free chunks of every segment is
+// in Segment::runs and in the lake's free-run index.
 // Segment state: busy == number of its chunks that have an owner; a segment
 // with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
 // be unmapped only when it owns no chunk.
@@ -30,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -50,6 +53,13 @@ struct Piece {
   Piece* next = nullptr;
 };
 
+// One place a chunk is mapped: which segment, at which of its chunk slots.
+struct Mapping {
+  SegmentId segment = kNone;
+  std::uint32_t index = 0;
+  bool operator==(const Mapping&) const = default;
+};
+
 struct Chunk {
   ChunkHandle handle = 0;
   std::size_t size = 0;
@@ -57,7 +67,7 @@ struct Chunk {
   std::size_t owner_offset = 0;  // the chunk's offset inside its owner segment
   std::uint32_t live = 0;        // allocated pieces
   Piece* pieces = nullptr;       // head of the piece list while owned
-  std::vector<SegmentId> mapped_in;
+  std::vector<Mapping> mapped_in;
   bool in_use = false;  // slot holds a chunk
 };
 
@@ -67,6 +77,10 @@ struct Segment {
   std::size_t va_size = 0;      // reserved bytes: room to extend in place
   std::vector<ChunkId> chunks;  // in address order
   std::vector<std::size_t> offsets;
+  // Runs of consecutive free chunks: first slot -> number of slots. Each is
+  // also in the lake's free-run index, so free space inside mapped ranges is
+  // reused in place, without mapping anything.
+  std::map<std::uint32_t, std::uint32_t> runs;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   bool stitched = false;

@@ -302,8 +302,9 @@ TEST_F(CApi, OptionsPrintShowsTheConfigInUse) {
   memlake_options_print();
   const std::string text = testing::internal::GetCapturedStderr();
   EXPECT_EQ(last_error(), "");
-  EXPECT_EQ(text.rfind("memlake: device 0, backend ", 0), 0u) << text;
-  EXPECT_NE(text.find(", capacity 1073741824 bytes, granularity "), std::string::npos) << text;
+  EXPECT_EQ(
+      text.rfind("memlake: device 0, backend host, capacity 1073741824 bytes, granularity ", 0), 0u)
+      << text;
   EXPECT_NE(text.find("\nbackend:host "), std::string::npos) << text;
   EXPECT_NE(text.find("\ncapacity:1G "), std::string::npos) << text;
   EXPECT_NE(text.find("\non_misuse:error "), std::string::npos) << text;

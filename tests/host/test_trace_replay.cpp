@@ -50,6 +50,23 @@ TEST(TraceReplay, CapacitySearchFindsTheSmallestStep) {
   EXPECT_EQ(tries, 0);
 }
 
+TEST(TraceReplay, FindMinCapacityGrowsThenBisects) {
+  auto fits = [](std::uint64_t c) { return c >= 37 * MiB; };
+  // Start too low: grows 20 -> 26 -> 34 -> 44 MiB (25% steps, whole 2 MiB),
+  // then bisects between 36 and 44 MiB.
+  CapacitySearch c = find_min_capacity(20 * MiB, 1000 * MiB, 36 * MiB + 1, 2 * MiB, fits);
+  EXPECT_TRUE(c.found);
+  EXPECT_EQ(c.bytes, 38 * MiB);
+  EXPECT_EQ(c.tries, 4 + 2);
+  // Start at the answer: one try to confirm it, then bisection finds nothing lower.
+  c = find_min_capacity(38 * MiB, 1000 * MiB, 30 * MiB, 2 * MiB, fits);
+  EXPECT_EQ(c.bytes, 38 * MiB);
+  // Never fits within the limit: tries 20, 26, then 30 MiB (the limit).
+  c = find_min_capacity(20 * MiB, 30 * MiB, 10 * MiB, 2 * MiB, fits);
+  EXPECT_FALSE(c.found);
+  EXPECT_EQ(c.tries, 3);
+}
+
 // alloc a (4 MiB, default stream), b (4 MiB, stream 5), free a, alloc c
 // (4 MiB, default stream), free b, free c.
 Trace two_stream_trace() {

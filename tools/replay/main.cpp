@@ -396,69 +396,34 @@ int run(const Options& o) {
       if (o.min_capacity) {
         const std::uint64_t live = r.trace_peak_live;
         if (!o.gmlake_only) {
-          std::uint64_t g =
-              r.memlake->granularity ? r.memlake->granularity : GmlakePolicy::kGranularity;
-          std::uint64_t hint = static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
-          std::uint64_t unlimited = r.memlake->capacity;
+          // Start from the peak of a run without a capacity limit.
+          std::uint64_t start = static_cast<std::uint64_t>(r.memlake->stats.reserved_bytes.peak);
+          std::uint64_t limit = r.memlake->capacity;
           if (o.capacity) {
-            // The search starts from a run without the --capacity limit.
-            Config free_config = config;
-            free_config.capacity = 0;
-            quiet.progress.label = t.name() + " memlake (no capacity limit)";
-            MemlakeResult m = replay_memlake(quiet, free_config);
-            hint = static_cast<std::uint64_t>(m.stats.reserved_bytes.peak);
-            unlimited = m.capacity;
+            Config unlimited = config;
+            unlimited.capacity = 0;
+            const MemlakeResult m = replay_memlake(quiet, unlimited);
+            start = static_cast<std::uint64_t>(m.stats.reserved_bytes.peak);
+            limit = m.capacity;
           }
-          CapacitySearch c;
-          auto fits = [&](std::uint64_t cap) {
-            Config cc = config;
-            cc.capacity = static_cast<std::size_t>(cap);
-            quiet.progress.label = t.name() + " memlake min-capacity " + gib(cap);
-            return replay_memlake(quiet, cc).fits;
-          };
-          std::uint64_t hi = (std::max<std::uint64_t>(hint, g) + g - 1) / g * g;
-          while (true) {
-            ++c.tries;
-            if (fits(hi)) {
-              c.found = true;
-              break;
-            }
-            if (hi >= unlimited) break;
-            hi = std::min<std::uint64_t>(unlimited, (hi + hi / 4 + g - 1) / g * g);
-          }
-          if (c.found) {
-            const std::uint64_t fail = live > g ? (live + g - 1) / g * g - g : 0;
-            c.bytes = min_capacity_search(fail, hi, g, fits, &c.tries);
-          }
-          r.min_capacity = c;
+          r.min_capacity =
+              find_min_capacity(start, limit, live, r.memlake->granularity, [&](std::uint64_t cap) {
+                Config c = config;
+                c.capacity = static_cast<std::size_t>(cap);
+                quiet.progress.label = t.name() + " memlake at " + gib(cap);
+                return replay_memlake(quiet, c).fits;
+              });
         }
-        {
-          const std::uint64_t g = GmlakePolicy::kGranularity;
-          GmlakeOptions go = o.gmlake;
-          go.capacity = 0;
-          std::uint64_t hint = r.gmlake.peak_reserved;
-          if (o.capacity || !r.gmlake.fits) hint = replay_gmlake(quiet, go).peak_reserved;
-          CapacitySearch c;
-          auto fits = [&](std::uint64_t cap) {
-            GmlakeOptions gc = o.gmlake;
-            gc.capacity = cap;
-            return replay_gmlake(quiet, gc).fits;
-          };
-          std::uint64_t hi = (std::max<std::uint64_t>(hint, g) + g - 1) / g * g;
-          for (int grow = 0; grow < 16; ++grow) {
-            ++c.tries;
-            if (fits(hi)) {
-              c.found = true;
-              break;
-            }
-            hi = (hi + hi / 4 + g - 1) / g * g;
-          }
-          if (c.found) {
-            const std::uint64_t fail = live > g ? (live + g - 1) / g * g - g : 0;
-            c.bytes = min_capacity_search(fail, hi, g, fits, &c.tries);
-          }
-          r.gmlake_min_capacity = c;
-        }
+        GmlakeOptions unlimited = o.gmlake;
+        unlimited.capacity = 0;
+        const std::uint64_t start =
+            o.capacity ? replay_gmlake(quiet, unlimited).peak_reserved : r.gmlake.peak_reserved;
+        r.gmlake_min_capacity = find_min_capacity(
+            start, start * 4, live, GmlakePolicy::kGranularity, [&](std::uint64_t cap) {
+              GmlakeOptions g = o.gmlake;
+              g.capacity = cap;
+              return replay_gmlake(quiet, g).fits;
+            });
       }
     } catch (const ReplayError& e) {
       std::fprintf(stderr, "memlake-replay: %s\n", e.what());

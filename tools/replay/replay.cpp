@@ -263,4 +263,24 @@ std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_
   return hi * step;
 }
 
+CapacitySearch find_min_capacity(std::uint64_t start, std::uint64_t limit, std::uint64_t live,
+                                 std::uint64_t step,
+                                 const std::function<bool(std::uint64_t)>& fits) {
+  CapacitySearch c;
+  const auto up = [step](std::uint64_t v) { return (std::max(v, step) + step - 1) / step * step; };
+  std::uint64_t hi = up(start);
+  for (;;) {
+    ++c.tries;
+    if (fits(hi)) {
+      c.found = true;
+      break;
+    }
+    if (hi >= limit) return c;
+    hi = std::min(up(limit), up(hi + hi / 4));
+  }
+  const std::uint64_t fail = live > step ? up(live) - step : 0;
+  c.bytes = fail < hi ? min_capacity_search(fail, hi, step, fits, &c.tries) : hi;
+  return c;
+}
+
 }  // namespace memlake

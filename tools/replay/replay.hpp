@@ -94,6 +94,19 @@ GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& option
 // Requested live bytes over time, sampled like the replays.
 std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points);
 
+struct CapacitySearch {
+  std::uint64_t bytes = 0;  // smallest capacity found that fits
+  int tries = 0;
+  bool found = false;
+};
+
+// The smallest capacity that fits: from `start` (rounded up to `step`) grow
+// by 25% until it fits or passes `limit`, then bisect down to just below
+// `live` (which cannot fit).
+CapacitySearch find_min_capacity(std::uint64_t start, std::uint64_t limit, std::uint64_t live,
+                                 std::uint64_t step,
+                                 const std::function<bool(std::uint64_t)>& fits);
+
 // Smallest capacity, in steps of `step`, at which `fits` holds, by binary
 // search between `known_fail` (does not fit; may be 0) and `known_fit`
 // (fits). Assumes that more capacity never hurts. `tries` counts the runs.

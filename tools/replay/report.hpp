@@ -11,12 +11,6 @@
 
 namespace memlake {
 
-struct CapacitySearch {
-  std::uint64_t bytes = 0;  // smallest capacity found that fits
-  int tries = 0;
-  bool found = false;
-};
-
 struct TraceReport {
   const Trace* trace = nullptr;
   bool memlake_policy = true;  // false: --policy gmlake (the simulation alone)
