@@ -34,7 +34,7 @@ struct LakeOptions {
   std::size_t small_max = std::size_t{1} << 20;
   std::size_t max_chunk = std::size_t{2} << 20;
   double fit_slack = 0.125;
-  double stitch_cache_ratio = 1.0;
+  double stitch_cache_ratio = 4.0;
   std::size_t max_stitch_chunks = 4096;
 };
 
