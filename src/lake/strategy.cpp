@@ -116,6 +116,14 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.size + need > seg.va_size) continue;
     std::vector<ChunkId> chosen, created;
+    // Free chunks already mapped in this segment cannot be mapped again after
+    // its end; if they are needed, a new segment over them beats new memory.
+    if (!select_free_chunks(need, &chosen, s)) {
+      std::size_t have = 0;
+      for (ChunkId c : chosen) have += chunks_[c].size;
+      if (have < free_chunk_bytes_) return {};
+    }
+    chosen.clear();
     if (!gather_chunks(need, &chosen, &created, s)) return {};
     const bool stitched = chosen.size() > created.size();
     if (!extend_segment(s, chosen)) {
