@@ -256,6 +256,7 @@ Stats AllocatorImpl::stats() const {
   s.vmm_calls.current = static_cast<std::int64_t>(counting_->total());
   s.critical_path_vmm_calls.current = static_cast<std::int64_t>(counting_->critical_path());
   s.worker_vmm_calls.current = static_cast<std::int64_t>(counting_->worker());
+  s.host_waits.current = static_cast<std::int64_t>(counting_->host_waits());
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
 #undef MEMLAKE_FIX_STAT

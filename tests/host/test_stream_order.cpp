@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/adaptors/counting_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"
 
@@ -168,6 +169,27 @@ TEST(StreamOrder, UnknownStreamIsMisuse) {
   } catch (const misuse& e) {
     EXPECT_NE(std::string(e.what()).find("unknown stream"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace memlake
+
+namespace memlake {
+namespace {
+
+// host_waits counts stream synchronizations made inside allocator calls; a
+// synchronize outside them (the caller's own) does not count.
+TEST(StreamOrder, HostWaitsCountOnlyInsideAllocatorCalls) {
+  auto a = make(false);
+  Stream s = a->create_stream();
+  a->backend().stream_synchronize(s);
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  {
+    CriticalPathScope inside;  // as malloc/free would be
+    a->backend().stream_synchronize(s);
+  }
+  EXPECT_EQ(a->stats().host_waits.current, 1);
+  a->destroy_stream(s);
 }
 
 }  // namespace

@@ -73,10 +73,16 @@ std::uint64_t CountingBackend::worker() const {
   return sum(worker_);
 }
 
+Status CountingBackend::stream_synchronize(StreamHandle stream) {
+  if (CriticalPathScope::active()) host_waits_.fetch_add(1, std::memory_order_relaxed);
+  return upstream().stream_synchronize(stream);
+}
+
 void CountingBackend::reset() {
   for (auto* c : {&calls_, &critical_, &worker_}) {
     for (auto& v : *c) v.store(0, std::memory_order_relaxed);
   }
+  host_waits_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace memlake

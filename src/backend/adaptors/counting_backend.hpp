@@ -59,6 +59,10 @@ class CountingBackend final : public BackendAdaptor {
   std::uint64_t critical_path(VmmOp op) const;
   std::uint64_t worker() const;  // made inside a WorkerThreadScope
   std::uint64_t worker(VmmOp op) const;
+  // Host waits (stream_synchronize) made inside a CriticalPathScope: malloc
+  // and free must never block on the GPU, and this proves they did not.
+  Status stream_synchronize(StreamHandle stream) override;
+  std::uint64_t host_waits() const { return host_waits_.load(std::memory_order_relaxed); }
   void reset();
 
  private:
@@ -71,6 +75,7 @@ class CountingBackend final : public BackendAdaptor {
   Counters calls_{};
   Counters critical_{};
   Counters worker_{};
+  std::atomic<std::uint64_t> host_waits_{0};
 };
 
 static_assert(IsBackend<CountingBackend>);
