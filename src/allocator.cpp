@@ -58,9 +58,11 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
     : config_(config),
       backend_(wrap_counting(std::move(backend), &counting_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
-      scheduler_(*backend_, stats_, config_.free_batch) {}
+      scheduler_(*backend_, stats_, config_.free_batch),
+      worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
+  worker_.stop();
   std::lock_guard lock(mutex_);
   // Pending frees hold lake blocks; once the allocator goes, so does the
   // lake, and every chunk is released with it.
@@ -99,6 +101,8 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   scheduler_.close_open_batches();
   scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
   lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false);
+  // A synchronization point: frees came back, or this request had to stitch.
+  worker_.nudge();
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
   StreamScheduler::Block b;
   if (config_.cross_stream_wait &&
@@ -158,15 +162,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   auto it = live_.find(key);
   if (MEMLAKE_UNLIKELY(it == live_.end())) {
     ++stats_.misuse_errors.current;
-    if (scheduler_.is_pending(key)) {
-      char buf[160];
-      std::snprintf(
-          buf, sizeof buf,
-          "double free of %p: it was freed already (that free is still pending on its stream)",
-          ptr);
-      misuse(buf);
-    }
-    misuse(lake_.diagnose_bad_pointer(key));
+    misuse(bad_pointer(key));
   }
   if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
     ++stats_.misuse_errors.current;
@@ -191,6 +187,9 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
                                           block.stream) == block.also_used_on.end())
     block.also_used_on.push_back(block.stream);
   std::erase(block.also_used_on, stream);
+  // A recorded stream destroyed since has finished its work (destroying a
+  // stream drains it): nothing to wait for there.
+  std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
   scheduler_.defer({key, block.size}, stream, block.also_used_on);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
@@ -202,7 +201,7 @@ void AllocatorImpl::record_stream(void* ptr, Stream stream) {
   auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
   if (it == live_.end()) {
     ++stats_.misuse_errors.current;
-    misuse("record_stream: " + lake_.diagnose_bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+    misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
   }
   if (!scheduler_.known_stream(stream)) {
     ++stats_.misuse_errors.current;
@@ -221,10 +220,24 @@ void AllocatorImpl::process_pending_frees() {
 }
 
 void AllocatorImpl::empty_cache() {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  worker_.wait_idle(lock);  // its pinned chunks must be released too
   scheduler_.close_open_batches();
   scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
   lake_.reclaim();
+}
+
+// Why `ptr` is not a block the caller holds.
+std::string AllocatorImpl::bad_pointer(DevicePtr ptr) const {
+  if (scheduler_.is_pending(ptr)) {
+    char buf[160];
+    std::snprintf(
+        buf, sizeof buf,
+        "double free of %p: it was freed already (that free is still pending on its stream)",
+        reinterpret_cast<void*>(ptr));
+    return buf;
+  }
+  return lake_.diagnose_bad_pointer(ptr);
 }
 
 void AllocatorImpl::misuse(const std::string& message) const {
@@ -273,7 +286,7 @@ void AllocatorImpl::reset_peak_stats() {
 std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
-  if (it == live_.end()) misuse(lake_.diagnose_bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  if (it == live_.end()) misuse(bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
   return it->second.requested;
 }
 

@@ -22,6 +22,7 @@
 #include "memlake/allocator.hpp"
 #include "observers.hpp"
 #include "stream/scheduler.hpp"
+#include "worker/mapping_worker.hpp"
 
 namespace memlake {
 
@@ -66,6 +67,7 @@ class AllocatorImpl {
   void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
                  AllocPath path);
   [[noreturn]] void misuse(const std::string& message) const;
+  std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
   void release_to_lake(const StreamScheduler::Block& b);
   std::size_t reuse_limit(std::size_t size) const;
@@ -80,6 +82,7 @@ class AllocatorImpl {
   lake::Lake lake_;
   StreamScheduler scheduler_;
   std::unordered_map<DevicePtr, LiveBlock> live_;
+  MappingWorker worker_;  // last: stopped before the lake goes
 };
 
 }  // namespace memlake

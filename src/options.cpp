@@ -27,7 +27,7 @@ namespace {
 enum class Unit { size, integer, number, flag, choice };
 
 using Field = std::variant<std::size_t Config::*, int Config::*, double Config::*, bool Config::*,
-                           BackendKind Config::*, MisuseAction Config::*>;
+                           BackendKind Config::*, MisuseAction Config::*, WorkerMode Config::*>;
 
 constexpr double kNoLimit = std::numeric_limits<double>::infinity();
 
@@ -73,6 +73,9 @@ constexpr std::array kOptions = {
          "a stream may take another stream's pending free block through a GPU-side wait"},
   Option{"free_batch", &Config::free_batch, Unit::integer, 1, 65536, false,
          "frees on one stream that share one event"},
+  Option{"worker", &Config::worker, Unit::choice, 0, 0, false,
+         "background mapping worker: thread, inline (the same jobs at the same points on the "
+         "allocating thread, reproducible), or off"},
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},
@@ -89,6 +92,10 @@ struct EnumNames<BackendKind> {
 template <>
 struct EnumNames<MisuseAction> {
   static constexpr std::array<std::string_view, 2> names{"error", "abort"};
+};
+template <>
+struct EnumNames<WorkerMode> {
+  static constexpr std::array<std::string_view, 3> names{"off", "inline", "thread"};
 };
 
 char lower(char c) {

@@ -13,6 +13,7 @@ namespace memlake {
 
 enum class BackendKind { automatic, host, cuda };
 enum class MisuseAction { error, abort };
+enum class WorkerMode { off, inline_jobs, thread };
 
 struct Config {
   BackendKind backend = BackendKind::automatic;  // auto: cuda if a GPU is present, else host
@@ -57,6 +58,11 @@ struct Config {
   bool cross_stream_wait = true;
   // Frees recorded on one stream share one event per batch.
   std::size_t free_batch = 32;
+
+  // The mapping worker stitches free chunks into ranges ahead of demand, off
+  // the allocating thread. inline_jobs runs the same jobs at the same points
+  // on the allocating thread (deterministic, for tests and replay).
+  WorkerMode worker = WorkerMode::thread;
 
   // What happens on a bad free / unknown pointer: return an error (the C API
   // sets memlake_last_error, C++ throws memlake::misuse) or abort with a

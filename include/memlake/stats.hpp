@@ -32,6 +32,8 @@
   X(vmm_calls,               counter, "VMM calls of any kind, on any thread")                  \
   X(critical_path_vmm_calls, counter, "VMM calls made inside malloc/free on the caller thread")\
   X(worker_vmm_calls,        counter, "VMM calls made by the background worker")               \
+  X(worker_stitches,         counter, "ranges the worker stitched from free chunks ahead of use")\
+  X(worker_failures,         counter, "worker jobs that failed (the lake is left as it was)")  \
   X(events_recorded,         counter, "stream events recorded for deferred frees")             \
   X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
   X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \

@@ -1,6 +1,8 @@
 // Lake lifetime, lookups, reclaim, diagnostics and the invariant check.
 #include "lake/lake.hpp"
 
+#include "memlake/errors.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -22,6 +24,7 @@ Lake::~Lake() {
     }
     c.pieces = nullptr;
   }
+  retire_zombies();
   for (Segment& seg : segments_) {
     if (!seg.in_use) continue;
     for (std::size_t i = 0; i < seg.chunks.size(); ++i)
@@ -40,30 +43,19 @@ const Allocation* Lake::find(DevicePtr ptr) const {
 
 std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
   char buf[200];
+  // A cold path: a scan of the live blocks is fine here.
+  for (const auto& [start, a] : allocations_) {
+    if (ptr > start && ptr < start + a.size) {
+      std::snprintf(buf, sizeof buf,
+                    "interior pointer %#zx: %zu bytes into a live memlake block, not its start",
+                    static_cast<std::size_t>(ptr), static_cast<std::size_t>(ptr - start));
+      return buf;
+    }
+  }
   auto it = segment_at_.upper_bound(ptr);
   if (it != segment_at_.begin()) {
-    --it;
-    const Segment& seg = segments_[it->second];
+    const Segment& seg = segments_[std::prev(it)->second];
     if (ptr < seg.va + seg.size) {
-      std::size_t offset = ptr - seg.va;
-      std::size_t i = 0;
-      while (i + 1 < seg.chunks.size() && seg.offsets[i + 1] <= offset) ++i;
-      const Chunk& c = chunks_[seg.chunks[i]];
-      if (c.owner == it->second) {
-        std::size_t in_chunk = offset - seg.offsets[i];
-        for (const Piece* p = c.pieces; p; p = p->next) {
-          if (in_chunk >= p->offset && in_chunk < p->offset + p->size) {
-            if (p->allocated) {
-              std::snprintf(
-                  buf, sizeof buf,
-                  "interior pointer %#zx: %zu bytes into a live memlake block, not its start",
-                  static_cast<std::size_t>(ptr), in_chunk - p->offset);
-              return buf;
-            }
-            break;
-          }
-        }
-      }
       std::snprintf(buf, sizeof buf,
                     "double free of %#zx: it lies in memlake memory that is not allocated "
                     "(freed already, or never returned by allocate)",
@@ -77,18 +69,22 @@ std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
 }
 
 std::size_t Lake::reclaim() {
+  bool clean = retire_zombies();
   std::vector<SegmentId> victims;
   for (auto [age, s] : unpinned_by_age_) victims.push_back(s);
-  for (SegmentId s : victims) unmap_segment(s);
+  for (SegmentId s : victims) clean &= unmap_segment(s);
   std::vector<ChunkId> unmapped;
   for (auto [size, c] : free_chunks_) {
-    if (chunks_[c].mapped_in.empty()) unmapped.push_back(c);
+    if (chunks_[c].mapped_in.empty() && chunks_[c].pins == 0) unmapped.push_back(c);
   }
   std::size_t released = 0;
   for (ChunkId c : unmapped) {
     released += chunks_[c].size;
     release_chunk(c);
   }
+  if (!clean)
+    throw backend_error("memlake: reclaim could not return every mapping (" + last_failure_ +
+                        "); the lake is consistent and retries later");
   return released;
 }
 

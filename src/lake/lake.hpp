@@ -77,6 +77,37 @@ class Lake {
   // (other segments mapping the same chunks), per chunk-sized run: pairs of
   // (alias address, length). For tests of stitching.
   std::vector<std::pair<DevicePtr, std::size_t>> aliases(DevicePtr ptr, std::size_t size) const;
+
+  // Worker jobs (consolidate.cpp), each in three steps: plan and commit under
+  // the allocator's lock, execute (the VMM calls) without it.
+  // A dropped range the backend did not fully unmap: retried later.
+  struct Zombie {
+    DevicePtr va = 0;
+    std::size_t va_size = 0;  // 0: part of a segment's reservation, nothing to free
+    std::vector<std::pair<DevicePtr, std::size_t>> mapped;
+    std::string error;
+  };
+  struct StitchPlan {
+    std::vector<ChunkId> ids;
+    std::vector<std::pair<ChunkHandle, std::size_t>> handles;
+    Status status = Status::ok;
+    struct Range {
+      DevicePtr va = 0;
+      std::size_t va_size = 0, total = 0;
+      std::vector<std::size_t> offsets;
+      std::string error;             // the backend's message on failure
+      std::vector<Zombie> leftover;  // what a failed mapping could not undo
+    } range;
+  };
+  // Free memory is scattered (or a request just had to stitch): a job would
+  // help.
+  bool wants_consolidation() const;
+  // Picks the free chunks to map into one range and pins them.
+  bool plan_consolidation(StitchPlan* plan);
+  void execute(StitchPlan& plan) const;
+  // Registers the range (or, if the job failed, leaves the lake as it was)
+  // and unpins the chunks.
+  void commit(StitchPlan& plan);
   std::string check_invariants() const;
 
  private:
@@ -98,8 +129,14 @@ class Lake {
   std::size_t slack_for(std::size_t bytes) const;
 
   // segments.cpp
+  using MappedRange = StitchPlan::Range;
+  Status map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
+                   MappedRange* out) const;
+  SegmentId register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched);
   SegmentId map_segment(std::vector<ChunkId> chunks, bool stitched);
-  void unmap_segment(SegmentId s);
+  bool unmap_segment(SegmentId s);
+  bool retire(Zombie& z) const;
+  bool retire_zombies();
   void enforce_cache_budget(SegmentId keep);
   ChunkId create_chunk(std::size_t size);  // kNone on OOM
   void release_chunk(ChunkId c);
@@ -132,6 +169,7 @@ class Lake {
 
   void gauge(StatValue& v, std::int64_t delta);
   [[noreturn]] void backend_failure(const char* what, Status s) const;
+  [[noreturn]] void backend_failure(const char* what, Status s, const std::string& cause) const;
 
   Backend& backend_;
   LakeOptions options_;
@@ -163,6 +201,8 @@ class Lake {
   };
   std::set<RunKey> free_runs_;  // every segment's runs of free chunks, by size
   std::unordered_map<DevicePtr, Allocation> allocations_;
+  std::vector<Zombie> zombies_;  // retried by reclaim() and the destructor
+  std::string last_failure_;
 
   std::size_t reserved_bytes_ = 0;
   std::size_t mapped_bytes_ = 0;
@@ -170,7 +210,8 @@ class Lake {
   std::size_t fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
-  bool allow_new_ = true;  // for the allocate() call in progress
+  bool allow_new_ = true;       // for the allocate() call in progress
+  bool stitch_demand_ = false;  // a request stitched since the last consolidation
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

@@ -15,8 +15,12 @@ void Lake::gauge(StatValue& v, std::int64_t delta) {
 }
 
 void Lake::backend_failure(const char* what, Status s) const {
+  backend_failure(what, s, backend_.last_error());
+}
+
+void Lake::backend_failure(const char* what, Status s, const std::string& cause) const {
   throw backend_error(std::string("memlake: ") + what + " failed (" + status_name(s) +
-                      "): " + backend_.last_error());
+                      "): " + cause);
 }
 
 ChunkId Lake::create_chunk(std::size_t size) {
@@ -50,7 +54,7 @@ ChunkId Lake::create_chunk(std::size_t size) {
 // The chunk must be free and mapped nowhere.
 void Lake::release_chunk(ChunkId id) {
   Chunk& c = chunks_[id];
-  assert(c.owner == kNone && c.mapped_in.empty());
+  assert(c.owner == kNone && c.mapped_in.empty() && c.pins == 0);
   Status s = backend_.release_chunk(c.handle);
   if (s != Status::ok) backend_failure("release_chunk", s);
   free_chunks_.erase({c.size, id});
@@ -63,43 +67,72 @@ void Lake::release_chunk(ChunkId id) {
   free_chunk_slots_.push_back(id);
 }
 
-// Reserves a range for `ids`, maps each chunk and grants access once over the
-// whole range. On failure everything done is undone and kNone returned for
-// lack of virtual space; other backend failures throw.
-SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
+// Reserves a range for `chunks` (handle, size), maps each and grants access
+// once over the whole range. Touches no lake state, so the worker runs it
+// without the lock (on chunks it has pinned). On failure everything done is
+// undone; the status says why.
+Status Lake::map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
+                       MappedRange* out) const {
   std::size_t total = 0;
-  for (ChunkId c : ids) total += chunks_[c].size;
+  for (auto [handle, size] : chunks) total += size;
   // Virtual space is cheap: reserve room for later blocks to continue this
   // one in place (see try_continuation).
   const std::size_t g = options_.granularity;
   const std::size_t va_size = (std::max(4 * total, total + (std::size_t{1} << 30)) + g - 1) / g * g;
   DevicePtr va = 0;
   Status s = backend_.reserve(va_size, &va);
-  if (s == Status::out_of_va || s == Status::out_of_memory) return kNone;
-  if (s != Status::ok) backend_failure("reserve", s);
+  if (s != Status::ok) {
+    out->error = backend_.last_error();
+    return s;
+  }
   std::vector<std::size_t> offsets;
-  offsets.reserve(ids.size());
+  offsets.reserve(chunks.size());
   std::size_t offset = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    s = backend_.map(va + offset, chunks_[ids[i]].size, chunks_[ids[i]].handle);
-    if (s != Status::ok) {
-      for (std::size_t j = 0; j < i; ++j) backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
-      backend_.unreserve(va, va_size);
-      if (s == Status::out_of_memory) return kNone;
-      backend_failure("map", s);
-    }
+  // On failure, keep the cause, undo what was done, and hand back whatever
+  // the backend refused to undo for the retry list.
+  auto fail = [&](Status st, std::size_t mapped) {
+    out->error = backend_.last_error();
+    Zombie z{va, va_size, {}};
+    for (std::size_t j = 0; j < mapped; ++j)
+      z.mapped.emplace_back(va + offsets[j], chunks[j].second);
+    if (!retire(z)) out->leftover.push_back(std::move(z));
+    return st;
+  };
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    s = backend_.map(va + offset, chunks[i].second, chunks[i].first);
+    if (s != Status::ok) return fail(s, i);
     offsets.push_back(offset);
-    offset += chunks_[ids[i]].size;
+    offset += chunks[i].second;
   }
   s = backend_.set_access(va, total);
-  if (s != Status::ok) {
-    for (std::size_t j = 0; j < ids.size(); ++j)
-      backend_.unmap(va + offsets[j], chunks_[ids[j]].size);
-    backend_.unreserve(va, va_size);
-    if (s == Status::out_of_memory) return kNone;
-    backend_failure("set_access", s);
-  }
+  if (s != Status::ok) return fail(s, chunks.size());
+  out->va = va;
+  out->va_size = va_size;
+  out->total = total;
+  out->offsets = std::move(offsets);
+  return Status::ok;
+}
 
+// Maps `ids` into a new segment. kNone when virtual or physical memory runs
+// out; other backend failures throw.
+SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
+  std::vector<std::pair<ChunkHandle, std::size_t>> handles;
+  handles.reserve(ids.size());
+  for (ChunkId c : ids) handles.emplace_back(chunks_[c].handle, chunks_[c].size);
+  MappedRange range;
+  Status s = map_range(handles, &range);
+  for (Zombie& z : range.leftover) zombies_.push_back(std::move(z));
+  if (s == Status::out_of_va || s == Status::out_of_memory) return kNone;
+  if (s != Status::ok) backend_failure("mapping a segment", s, range.error);
+  return register_segment(std::move(ids), std::move(range), stitched);
+}
+
+// Enters a mapped range into the lake's tables.
+SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched) {
+  const DevicePtr va = range.va;
+  const std::size_t total = range.total;
+  const std::size_t va_size = range.va_size;
+  std::vector<std::size_t> offsets = std::move(range.offsets);
   SegmentId id;
   if (!free_segment_slots_.empty()) {
     id = free_segment_slots_.back();
@@ -146,27 +179,30 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
   Segment& seg = segments_[s];
   std::size_t total = 0;
   for (ChunkId c : ids) total += chunks_[c].size;
-  if (seg.size + total > seg.va_size) return false;
+  if (seg.sealed || seg.size + total > seg.va_size) return false;
   const DevicePtr base = seg.va + seg.size;
-  auto undo = [&](std::size_t mapped) {
+  // On failure: keep the cause, undo, and if the backend refuses to undo,
+  // stop extending this segment (its room is not clean) and retry later.
+  auto fail = [&](const char* what, Status st, std::size_t mapped) {
+    const std::string cause = backend_.last_error();
+    Zombie z{0, 0, {}};  // no reservation of its own: the segment's
     for (std::size_t j = 0, o = 0; j < mapped; o += chunks_[ids[j]].size, ++j)
-      backend_.unmap(base + o, chunks_[ids[j]].size);
+      z.mapped.emplace_back(base + o, chunks_[ids[j]].size);
+    if (!retire(z)) {
+      zombies_.push_back(std::move(z));
+      seg.sealed = true;
+    }
+    if (st == Status::out_of_memory) return false;
+    backend_failure(what, st, cause);
   };
   std::size_t offset = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     Status st = backend_.map(base + offset, chunks_[ids[i]].size, chunks_[ids[i]].handle);
-    if (st != Status::ok) {
-      undo(i);
-      if (st == Status::out_of_memory) return false;
-      backend_failure("map", st);
-    }
+    if (st != Status::ok) return fail("map", st, i);
     offset += chunks_[ids[i]].size;
   }
-  if (Status st = backend_.set_access(base, total); st != Status::ok) {
-    undo(ids.size());
-    if (st == Status::out_of_memory) return false;
-    backend_failure("set_access", st);
-  }
+  if (Status st = backend_.set_access(base, total); st != Status::ok)
+    return fail("set_access", st, ids.size());
   // A run reaching the old end changes its byte length: take it out while
   // the segment grows, then let the new slots join it.
   std::uint32_t tail_start = 0, tail_count = 0;
@@ -200,20 +236,21 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
   return true;
 }
 
-// The segment must own no chunk.
-void Lake::unmap_segment(SegmentId id) {
+// The segment must own no chunk. Its entries leave the lake's tables first,
+// so a failing unmap cannot leave them half-updated; whatever the backend
+// refused stays on the retry list (retire_zombies). False when something was
+// refused.
+bool Lake::unmap_segment(SegmentId id) {
   Segment& seg = segments_[id];
   assert(seg.owned == 0);
   unpinned_by_age_.erase({seg.last_used, id});
   if (seg.busy == 0) idle_erase(id);
   while (!seg.runs.empty()) run_erase(id, seg.runs.begin());
+  Zombie z{seg.va, seg.va_size, {}};
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
-    Status s = backend_.unmap(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
-    if (s != Status::ok) backend_failure("unmap", s);
+    z.mapped.emplace_back(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
     std::erase(chunks_[seg.chunks[i]].mapped_in, Mapping{id, i});
   }
-  Status s = backend_.unreserve(seg.va, seg.va_size);
-  if (s != Status::ok) backend_failure("unreserve", s);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });
   segment_at_.erase(seg.va);
@@ -223,6 +260,31 @@ void Lake::unmap_segment(SegmentId id) {
   if (seg.stitched) gauge(stats_.stitched_bytes, -static_cast<std::int64_t>(seg.size));
   seg = Segment{};
   free_segment_slots_.push_back(id);
+  if (retire(z)) return true;
+  last_failure_ = z.error;
+  zombies_.push_back(std::move(z));
+  return false;
+}
+
+// Unmaps what is left of a dropped range, then frees its addresses (if it
+// has a reservation of its own). Const: the worker calls it without the lock.
+bool Lake::retire(Zombie& z) const {
+  std::erase_if(z.mapped, [&](const std::pair<DevicePtr, std::size_t>& m) {
+    Status s = backend_.unmap(m.first, m.second);
+    if (s != Status::ok) z.error = std::string("unmap failed: ") + backend_.last_error();
+    return s == Status::ok;
+  });
+  if (!z.mapped.empty()) return false;
+  if (z.va_size == 0) return true;
+  Status s = backend_.unreserve(z.va, z.va_size);
+  if (s != Status::ok) z.error = std::string("unreserve failed: ") + backend_.last_error();
+  return s == Status::ok;
+}
+
+bool Lake::retire_zombies() {
+  std::erase_if(zombies_, [&](Zombie& z) { return retire(z); });
+  if (!zombies_.empty()) last_failure_ = zombies_.front().error;
+  return zombies_.empty();
 }
 
 // Mapped ranges cost VA and, on the GPU, unmap time later: keep segments

@@ -114,7 +114,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     if (avail >= size) return {place_continuation(s, i, last, size), AllocPath::split, size};
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
-    if (seg.size + need > seg.va_size) continue;
+    if (seg.sealed || seg.size + need > seg.va_size) continue;
     std::vector<ChunkId> chosen, created;
     // Free chunks already mapped in this segment cannot be mapped again after
     // its end; if they are needed, a new segment over them beats new memory.
@@ -223,6 +223,7 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
   std::vector<ChunkId> chosen, created;
   if (!gather_chunks(bytes, &chosen, &created)) return kNone;
   *stitched = chosen.size() > created.size();
+  if (*stitched) stitch_demand_ = true;
   SegmentId s = map_segment(std::move(chosen), *stitched);
   if (s == kNone) {
     for (ChunkId made : created) release_chunk(made);

@@ -68,7 +68,8 @@ struct Chunk {
   std::uint32_t live = 0;        // allocated pieces
   Piece* pieces = nullptr;       // head of the piece list while owned
   std::vector<Mapping> mapped_in;
-  bool in_use = false;  // slot holds a chunk
+  std::uint32_t pins = 0;  // worker jobs mapping it without the lock: not to be released
+  bool in_use = false;     // slot holds a chunk
 };
 
 struct Segment {
@@ -84,6 +85,7 @@ struct Segment {
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   bool stitched = false;
+  bool sealed = false;  // its room past the end is not clean: never extend it
   bool in_use = false;  // slot holds a mapped segment
   std::uint64_t last_used = 0;
 };

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -319,6 +320,10 @@ int run(const Options& o) {
   Config config;
   try {
     config = Config::from_env();
+    // A replay must be reproducible: the worker's jobs run inline, at the
+    // same points as the thread would be nudged, unless asked otherwise.
+    if (!std::getenv("MEMLAKE_WORKER") && !std::getenv("MEMLAKE_CONF"))
+      config.worker = WorkerMode::inline_jobs;
   } catch (const config_error& e) {
     std::fprintf(stderr, "memlake-replay: environment: %s\n", e.what());
     return kExitBadInput;

@@ -30,6 +30,21 @@ class CriticalPathScope {
   static bool active() noexcept { return detail::t_critical_path_depth > 0; }
 };
 
+// Suspends CriticalPathScope for its lifetime: for worker jobs run inline on
+// the allocating thread (deterministic mode), which are not its own work.
+class CriticalPathPause {
+ public:
+  CriticalPathPause() noexcept : saved_(detail::t_critical_path_depth) {
+    detail::t_critical_path_depth = 0;
+  }
+  ~CriticalPathPause() { detail::t_critical_path_depth = saved_; }
+  CriticalPathPause(const CriticalPathPause&) = delete;
+  CriticalPathPause& operator=(const CriticalPathPause&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Marks the calling thread as a background worker for the scope's lifetime.
 class WorkerThreadScope {
  public:

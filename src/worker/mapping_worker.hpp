@@ -1,0 +1,51 @@
+// The background mapping worker: one thread per allocator that does VMM work
+// ahead of demand, so the allocating thread finds mapped free runs instead
+// of stitching. It is nudged at stream synchronization points (when the
+// scheduler hands completed frees back to the lake) and after a request had
+// to stitch; it never polls, and the allocating thread never waits for it
+// (if a job is under way, a request that needs mapping does it itself).
+//
+// Each job plans under the allocator's lock, makes its VMM calls without it,
+// and commits under it again; a failed job leaves the lake as it was.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "lake/lake.hpp"
+#include "memlake/config.hpp"
+
+namespace memlake {
+
+class MappingWorker {
+ public:
+  MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, WorkerMode mode);
+  ~MappingWorker();
+  MappingWorker(const MappingWorker&) = delete;
+  MappingWorker& operator=(const MappingWorker&) = delete;
+
+  // Called with the allocator's lock held. Cheap when there is nothing to do.
+  void nudge();
+  // Finishes the job in progress, then stops the thread. Idempotent.
+  void stop();
+  // Waits (lock held, released while waiting) until no job is under way, so
+  // that empty_cache can release every chunk. Not for malloc/free.
+  void wait_idle(std::unique_lock<std::mutex>& lock);
+
+ private:
+  void loop();
+  void run_inline();
+
+  std::mutex& lock_;
+  lake::Lake& lake_;
+  WorkerMode mode_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  bool pending_ = false;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace memlake
