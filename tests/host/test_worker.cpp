@@ -1,0 +1,197 @@
+// The mapping worker: it stitches scattered free chunks ahead of demand, so
+// the next large request maps nothing on the allocating thread; its jobs are
+// reproducible inline; a failing job leaves the lake as it was; shutdown
+// with a job in flight is clean; it races the allocating threads safely.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backend/adaptors/fault_backend.hpp"
+#include "backend/host/host_backend.hpp"
+#include "memlake/allocator.hpp"
+
+namespace memlake {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+struct Rig {
+  HostBackend* host = nullptr;
+  FaultBackend* fault = nullptr;
+  std::unique_ptr<Allocator> alloc;
+  explicit Rig(WorkerMode mode) {
+    Config c;
+    c.worker = mode;
+    c.max_chunk = 2 * MiB;
+    c.capacity = 256 * MiB;
+    HostBackendOptions o;
+    o.capacity = 256 * MiB;
+    auto h = std::make_unique<HostBackend>(o);
+    host = h.get();
+    auto f = std::make_unique<FaultBackend>(std::move(h));
+    fault = f.get();
+    alloc = std::make_unique<Allocator>(c, std::move(f));
+  }
+};
+
+// Sixteen one-chunk blocks, all freed: sixteen free chunks in sixteen
+// segments, so no free run holds more than one chunk.
+void scatter(Allocator& a) {
+  std::vector<void*> ps;
+  for (int i = 0; i < 16; ++i) ps.push_back(a.allocate(2 * MiB));
+  for (void* p : ps) a.deallocate(p, 2 * MiB);
+  a.process_pending_frees();
+}
+
+TEST(Worker, StitchesScatteredFreeChunksSoTheNextRequestMapsNothing) {
+  Rig rig(WorkerMode::inline_jobs);
+  Allocator& a = *rig.alloc;
+  scatter(a);
+  const Stats s0 = a.stats();
+  void* first = a.allocate(8 * MiB);  // must stitch: no run holds 8 MiB
+  const Stats s1 = a.stats();
+  EXPECT_EQ(s1.path_stitch.current - s0.path_stitch.current, 1);
+  EXPECT_EQ(s1.worker_stitches.current - s0.worker_stitches.current, 1);
+  EXPECT_GT(s1.worker_vmm_calls.current, s0.worker_vmm_calls.current);
+  // The twelve chunks left are now one run: 16 MiB needs no mapping here.
+  void* second = a.allocate(16 * MiB);
+  const Stats s2 = a.stats();
+  EXPECT_EQ(s2.critical_path_vmm_calls.current, s1.critical_path_vmm_calls.current);
+  EXPECT_EQ(s2.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
+  std::memset(second, 0x5C, 16 * MiB);
+  std::memset(first, 0x3A, 8 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(second)[16 * MiB - 1], 0x5C);
+  a.deallocate(first, 8 * MiB);
+  a.deallocate(second, 16 * MiB);
+  EXPECT_EQ(a.check_invariants(), "");
+}
+
+TEST(Worker, InlineJobsAreReproducible) {
+  auto run = [] {
+    Rig rig(WorkerMode::inline_jobs);
+    Allocator& a = *rig.alloc;
+    std::mt19937 rng(7);
+    std::vector<std::pair<void*, std::size_t>> live;
+    for (int i = 0; i < 3000; ++i) {
+      if (live.size() < 40 && (live.empty() || rng() % 2)) {
+        std::size_t size = 1 + rng() % (6 * MiB);
+        live.emplace_back(a.allocate(size), size);
+      } else {
+        std::size_t k = rng() % live.size();
+        a.deallocate(live[k].first, live[k].second);
+        live.erase(live.begin() + static_cast<long>(k));
+      }
+    }
+    Stats s = a.stats();
+    for (auto [p, n] : live) a.deallocate(p, n);
+    return s;
+  };
+  const Stats one = run(), two = run();
+  EXPECT_GT(one.worker_stitches.current, 0);
+  EXPECT_EQ(one.worker_stitches.current, two.worker_stitches.current);
+  EXPECT_EQ(one.vmm_calls.current, two.vmm_calls.current);
+  EXPECT_EQ(one.critical_path_vmm_calls.current, two.critical_path_vmm_calls.current);
+  EXPECT_EQ(one.reserved_bytes.peak, two.reserved_bytes.peak);
+}
+
+TEST(Worker, AFailingJobLeavesTheLakeAsItWas) {
+  Rig rig(WorkerMode::inline_jobs);
+  Allocator& a = *rig.alloc;
+  scatter(a);
+  // The request's own stitch maps four chunks; the fifth map is the job's.
+  rig.fault->fail_nth(VmmOp::map, 5);
+  void* p = a.allocate(8 * MiB);
+  const Stats s = a.stats();
+  EXPECT_EQ(s.worker_failures.current, 1);
+  EXPECT_EQ(s.worker_stitches.current, 0);
+  EXPECT_EQ(a.check_invariants(), "");
+  rig.fault->clear();
+  std::memset(p, 1, 8 * MiB);
+  void* q = a.allocate(16 * MiB);  // still served, from the free chunks
+  EXPECT_EQ(a.stats().reserved_bytes.current, s.reserved_bytes.current);
+  a.deallocate(p, 8 * MiB);
+  a.deallocate(q, 16 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(rig.host->live_chunks(), 0u) << "a chunk pinned by the failed job was not released";
+  EXPECT_EQ(rig.host->mapped_ranges(), 0u);
+  EXPECT_EQ(rig.host->reserved_ranges(), 0u);
+}
+
+TEST(Worker, ThreadDoesTheJobOffTheAllocatingThread) {
+  Rig rig(WorkerMode::thread);
+  Allocator& a = *rig.alloc;
+  scatter(a);
+  void* p = a.allocate(8 * MiB);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (a.stats().worker_stitches.current == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const Stats s = a.stats();
+  EXPECT_EQ(s.worker_stitches.current, 1);
+  EXPECT_GT(s.worker_vmm_calls.current, 0);
+  void* q = a.allocate(16 * MiB);
+  EXPECT_EQ(a.stats().critical_path_vmm_calls.current, s.critical_path_vmm_calls.current);
+  a.deallocate(p, 8 * MiB);
+  a.deallocate(q, 16 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
+  EXPECT_EQ(a.check_invariants(), "");
+}
+
+TEST(Worker, ShutdownWithAJobInFlightIsClean) {
+  for (int round = 0; round < 3; ++round) {
+    Rig rig(WorkerMode::thread);
+    rig.fault->add_latency(VmmOp::map, std::chrono::milliseconds(2));
+    Allocator& a = *rig.alloc;
+    scatter(a);
+    void* p = a.allocate(8 * MiB);  // nudges the worker into a slow job
+    a.deallocate(p, 8 * MiB);
+    EXPECT_EQ(a.check_invariants(), "");
+    // The allocator (and its worker) go now, mid-job.
+  }
+}
+
+TEST(Worker, RacesAllocatingThreadsSafely) {
+  Rig rig(WorkerMode::thread);
+  Allocator& a = *rig.alloc;
+  std::atomic<int> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t + 1));
+      std::vector<std::pair<unsigned char*, std::size_t>> mine;
+      for (int i = 0; i < 1500; ++i) {
+        if (mine.size() < 6 && (mine.empty() || rng() % 2)) {
+          std::size_t size = 1 + rng() % (10 * MiB);
+          try {
+            auto* p = static_cast<unsigned char*>(a.allocate(size));
+            p[0] = static_cast<unsigned char>(t);
+            p[size - 1] = static_cast<unsigned char>(t);
+            mine.emplace_back(p, size);
+          } catch (const out_of_memory&) {
+          }
+        } else {
+          std::size_t k = rng() % mine.size();
+          auto [p, size] = mine[k];
+          if (p[0] != t || p[size - 1] != t) ++corrupt;
+          a.deallocate(p, size);
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (auto [p, size] : mine) a.deallocate(p, size);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(a.stats().live_bytes.current, 0);
+  a.empty_cache();
+  EXPECT_EQ(a.check_invariants(), "");
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
+}
+
+}  // namespace
+}  // namespace memlake
