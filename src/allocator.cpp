@@ -37,6 +37,7 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   o.fit_slack = c.fit_slack;
   o.stitch_cache_ratio = c.stitch_cache_ratio;
   o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);
+  o.defer_eviction = c.worker != WorkerMode::off;
   return o;
 }
 

@@ -15,34 +15,45 @@ constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap
 }
 
 bool Lake::wants_consolidation() const {
-  if (free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
+  if (!stitch_demand_ || free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
   const std::size_t largest = free_runs_.empty() ? 0 : free_runs_.rbegin()->bytes;
-  return stitch_demand_ && largest * 2 < free_chunk_bytes_;
+  return largest * 2 < free_chunk_bytes_;
 }
 
-bool Lake::plan_consolidation(StitchPlan* plan) {
-  if (!wants_consolidation()) return false;
-  stitch_demand_ = false;
-  plan->ids.clear();
-  plan->handles.clear();
-  for (auto it = free_chunks_.rbegin();
-       it != free_chunks_.rend() && plan->ids.size() < options_.max_stitch_chunks; ++it) {
-    Chunk& c = chunks_[it->second];
-    ++c.pins;
-    plan->ids.push_back(it->second);
-    plan->handles.emplace_back(c.handle, c.size);
+bool Lake::wants_work() const {
+  return wants_consolidation() || over_budget();
+}
+
+bool Lake::plan_job(WorkerJob* job) {
+  job->stitch = false;
+  job->evictions.clear();
+  if (wants_consolidation()) {
+    stitch_demand_ = false;
+    StitchPlan& plan = job->plan;
+    plan = StitchPlan{};
+    for (auto it = free_chunks_.rbegin();
+         it != free_chunks_.rend() && plan.ids.size() < options_.max_stitch_chunks; ++it) {
+      Chunk& c = chunks_[it->second];
+      ++c.pins;
+      plan.ids.push_back(it->second);
+      plan.handles.emplace_back(c.handle, c.size);
+    }
+    job->stitch = true;
   }
-  if (plan->ids.size() >= 2) return true;
-  for (ChunkId c : plan->ids) --chunks_[c].pins;
-  plan->ids.clear();
-  return false;
+  plan_evictions(&job->evictions, kNone);
+  return job->stitch || !job->evictions.empty();
 }
 
-void Lake::execute(StitchPlan& plan) const {
-  plan.status = map_range(plan.handles, &plan.range);
+void Lake::execute(WorkerJob& job) const {
+  if (job.stitch) job.plan.status = map_range(job.plan.handles, &job.plan.range);
+  std::erase_if(job.evictions, [&](Zombie& z) { return retire(z); });
 }
 
-void Lake::commit(StitchPlan& plan) {
+void Lake::commit(WorkerJob& job) {
+  for (Zombie& z : job.evictions) zombies_.push_back(std::move(z));
+  job.evictions.clear();
+  if (!job.stitch) return;
+  StitchPlan& plan = job.plan;
   for (ChunkId c : plan.ids) {
     assert(chunks_[c].pins > 0);
     --chunks_[c].pins;
@@ -52,9 +63,8 @@ void Lake::commit(StitchPlan& plan) {
     ++stats_.worker_failures.current;
     return;
   }
-  SegmentId s = register_segment(std::move(plan.ids), std::move(plan.range), /*stitched=*/true);
+  register_segment(std::move(plan.ids), std::move(plan.range), /*stitched=*/true);
   ++stats_.worker_stitches.current;
-  enforce_cache_budget(s);
 }
 
 }  // namespace memlake::lake

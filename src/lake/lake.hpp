@@ -35,6 +35,7 @@ struct LakeOptions {
   std::size_t max_chunk = std::size_t{2} << 20;
   double fit_slack = 0.125;
   double stitch_cache_ratio = 4.0;
+  bool defer_eviction = false;  // a worker unmaps ranges over the budget
   std::size_t max_stitch_chunks = 4096;
 };
 
@@ -99,15 +100,23 @@ class Lake {
       std::vector<Zombie> leftover;  // what a failed mapping could not undo
     } range;
   };
-  // Free memory is scattered (or a request just had to stitch): a job would
-  // help.
+  struct WorkerJob {
+    bool stitch = false;
+    StitchPlan plan;
+    std::vector<Zombie> evictions;  // detached ranges to unmap
+  };
+  // Free memory is scattered after a request had to stitch, or more is
+  // mapped than the cache budget allows: a job would help.
+  bool wants_work() const;
   bool wants_consolidation() const;
-  // Picks the free chunks to map into one range and pins them.
-  bool plan_consolidation(StitchPlan* plan);
-  void execute(StitchPlan& plan) const;
-  // Registers the range (or, if the job failed, leaves the lake as it was)
-  // and unpins the chunks.
-  void commit(StitchPlan& plan);
+  bool over_budget() const;
+  // Consolidation picks the free chunks to map into one range and pins them;
+  // eviction detaches ranges over the budget.
+  bool plan_job(WorkerJob* job);
+  void execute(WorkerJob& job) const;
+  // Registers the range (or, if mapping failed, leaves the lake as it was),
+  // unpins the chunks, and keeps what could not be unmapped for a retry.
+  void commit(WorkerJob& job);
   std::string check_invariants() const;
 
  private:
@@ -135,6 +144,8 @@ class Lake {
   SegmentId register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched);
   SegmentId map_segment(std::vector<ChunkId> chunks, bool stitched);
   bool unmap_segment(SegmentId s);
+  Zombie detach_segment(SegmentId s);
+  void plan_evictions(std::vector<Zombie>* out, SegmentId keep);
   bool retire(Zombie& z) const;
   bool retire_zombies();
   void enforce_cache_budget(SegmentId keep);

@@ -241,6 +241,16 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
 // refused stays on the retry list (retire_zombies). False when something was
 // refused.
 bool Lake::unmap_segment(SegmentId id) {
+  Zombie z = detach_segment(id);
+  if (retire(z)) return true;
+  last_failure_ = z.error;
+  zombies_.push_back(std::move(z));
+  return false;
+}
+
+// Takes a segment that owns no chunk out of every table; returns what is
+// left to unmap and unreserve.
+Lake::Zombie Lake::detach_segment(SegmentId id) {
   Segment& seg = segments_[id];
   assert(seg.owned == 0);
   unpinned_by_age_.erase({seg.last_used, id});
@@ -260,10 +270,7 @@ bool Lake::unmap_segment(SegmentId id) {
   if (seg.stitched) gauge(stats_.stitched_bytes, -static_cast<std::int64_t>(seg.size));
   seg = Segment{};
   free_segment_slots_.push_back(id);
-  if (retire(z)) return true;
-  last_failure_ = z.error;
-  zombies_.push_back(std::move(z));
-  return false;
+  return z;
 }
 
 // Unmaps what is left of a dropped range, then frees its addresses (if it
@@ -290,15 +297,30 @@ bool Lake::retire_zombies() {
 // Mapped ranges cost VA and, on the GPU, unmap time later: keep segments
 // that own nothing while the mapped total stays within the budget, dropping
 // the least recently used first.
-void Lake::enforce_cache_budget(SegmentId keep) {
+bool Lake::over_budget() const {
+  const double budget = (1.0 + options_.stitch_cache_ratio) * static_cast<double>(reserved_bytes_);
+  return static_cast<double>(mapped_bytes_) > budget && !unpinned_by_age_.empty();
+}
+
+// Detaches least recently used segments that own nothing until the mapped
+// total is within the budget; the unmapping is left to the caller.
+void Lake::plan_evictions(std::vector<Zombie>* out, SegmentId keep) {
   const double budget = (1.0 + options_.stitch_cache_ratio) * static_cast<double>(reserved_bytes_);
   auto it = unpinned_by_age_.begin();
   while (static_cast<double>(mapped_bytes_) > budget && it != unpinned_by_age_.end()) {
     SegmentId victim = it->second;
     ++it;
     if (victim == keep) continue;
-    unmap_segment(victim);
+    out->push_back(detach_segment(victim));
     ++stats_.evictions.current;
+  }
+}
+
+void Lake::enforce_cache_budget(SegmentId keep) {
+  std::vector<Zombie> victims;
+  plan_evictions(&victims, keep);
+  for (Zombie& z : victims) {
+    if (!retire(z)) zombies_.push_back(std::move(z));
   }
 }
 

@@ -229,7 +229,7 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
     for (ChunkId made : created) release_chunk(made);
     return kNone;
   }
-  enforce_cache_budget(s);
+  if (!options_.defer_eviction) enforce_cache_budget(s);
   return s;
 }
 

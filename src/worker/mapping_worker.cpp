@@ -28,7 +28,7 @@ void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {
 }
 
 void MappingWorker::nudge() {
-  if (mode_ == WorkerMode::off || stopping_ || !lake_.wants_consolidation()) return;
+  if (mode_ == WorkerMode::off || stopping_ || !lake_.wants_work()) return;
   if (mode_ == WorkerMode::inline_jobs) {
     run_inline();
     return;
@@ -40,15 +40,10 @@ void MappingWorker::nudge() {
 void MappingWorker::run_inline() {
   CriticalPathPause not_the_callers_work;
   WorkerThreadScope worker;
-  lake::Lake::StitchPlan plan;
-  if (!lake_.plan_consolidation(&plan)) return;
-  lake_.execute(plan);
-  try {
-    lake_.commit(plan);
-  } catch (const std::exception&) {
-    // commit's budget eviction failed in the backend; the new range is
-    // registered and the lake consistent, so the caller's request goes on.
-  }
+  lake::Lake::WorkerJob job;
+  if (!lake_.plan_job(&job)) return;
+  lake_.execute(job);
+  lake_.commit(job);
 }
 
 void MappingWorker::loop() {
@@ -58,17 +53,13 @@ void MappingWorker::loop() {
     wake_.wait(lock, [&] { return pending_ || stopping_; });
     if (stopping_) return;
     pending_ = false;
-    lake::Lake::StitchPlan plan;
-    if (!lake_.plan_consolidation(&plan)) continue;
+    lake::Lake::WorkerJob job;
+    if (!lake_.plan_job(&job)) continue;
     busy_ = true;
     lock.unlock();
-    lake_.execute(plan);
+    lake_.execute(job);
     lock.lock();
-    try {
-      lake_.commit(plan);
-    } catch (const std::exception&) {
-      // See run_inline(): the lake stays consistent.
-    }
+    lake_.commit(job);
     busy_ = false;
     idle_.notify_all();
   }
