@@ -48,7 +48,8 @@ LakeResult Lake::allocate_small(std::size_t size) {
     AllocPath path = f->size == size ? AllocPath::exact : AllocPath::split;
     return {place_on_piece(f, size, size), path, size};
   }
-  const std::size_t bytes = options_.granularity;
+  // small_max may exceed a granule: cover the whole request.
+  const std::size_t bytes = round_up(size, options_.granularity);
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))

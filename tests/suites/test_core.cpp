@@ -313,3 +313,33 @@ TEST_F(CoreTest, ThreadsShareOneAllocator) {
 
 }  // namespace
 }  // namespace memlake::test
+
+namespace memlake::test {
+namespace {
+
+// small_max above a granule: a "small" request larger than one chunk must
+// still get a block that covers it whole (it once got a one-chunk run).
+TEST_F(CoreTest, SmallMaxAboveAGranuleStillCoversTheRequest) {
+  Config c = base_config();
+  c.small_max = 4 * MiB;
+  c.max_chunk = 2 * MiB;
+  auto a = make(64 * MiB, c);
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a->allocate(2 * MiB));
+  for (int i = 0; i < 4; ++i) platform_->fill(ps[i], 2 * MiB, 40 + i);
+  a->deallocate(ps[0], 2 * MiB);
+  a->deallocate(ps[2], 2 * MiB);
+  settle(*a);
+  void* q = a->allocate(3 * MiB);
+  platform_->fill(q, 3 * MiB, 50);
+  EXPECT_TRUE(platform_->check(q, 3 * MiB, 50));
+  EXPECT_TRUE(platform_->check(ps[1], 2 * MiB, 41));
+  EXPECT_TRUE(platform_->check(ps[3], 2 * MiB, 43));
+  a->deallocate(q, 3 * MiB);
+  a->deallocate(ps[1], 2 * MiB);
+  a->deallocate(ps[3], 2 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+}  // namespace
+}  // namespace memlake::test
