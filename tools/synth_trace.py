@@ -9,6 +9,7 @@ Kinds:
   dynamic    transformer steps whose sequence length changes every step
              (activations scale with it), with recomputation segments
   moe        mixture-of-experts: per-step random token counts per expert
+             (about 1 GiB at peak); moe_large: the same at hidden 4096
   offload    activations offloaded and prefetched back: big buffers that
              alternate with bursts of small ones
   pipeline   1F1B over 4 streams; activations freed on the producer's stream
@@ -85,14 +86,14 @@ def dynamic(t, rng, steps):
         grads = []
 
 
-def moe(t, rng, steps):
-    experts, hidden = 16, 1536
+def moe(t, rng, steps, hidden=1536):
+    experts = 16
     weights(t, rng, experts * 2, hidden)
     for _ in range(steps):
         live = []
         for _layer in range(12):
             for _e in range(experts):
-                tokens = int(rng.expovariate(1 / 900)) + 1
+                tokens = int(rng.expovariate(1 / (900 * hidden // 1536))) + 1
                 live.append(t.alloc(tokens * hidden * 2))
                 t.free(t.alloc(tokens * hidden * 8))
             while len(live) > 3 * experts:
@@ -138,7 +139,11 @@ def pipeline(t, rng, steps):
                 t.free(x)
 
 
-KINDS = {"dynamic": dynamic, "moe": moe, "offload": offload, "pipeline": pipeline}
+def moe_large(t, rng, steps):
+    moe(t, rng, steps, hidden=4096)
+
+
+KINDS = {"dynamic": dynamic, "moe": moe, "moe_large": moe_large, "offload": offload, "pipeline": pipeline}
 
 
 def main():
