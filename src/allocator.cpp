@@ -16,6 +16,8 @@ std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
+constexpr std::size_t kMaxClosedBatches = 8;
+
 void gauge(StatValue& v, std::int64_t delta) {
   v.current += delta;
   if (v.current > v.peak) v.peak = v.current;
@@ -192,6 +194,10 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   // stream drains it): nothing to wait for there.
   std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
   scheduler_.defer({key, block.size}, stream, block.also_used_on);
+  // A loop that only ever reuses its own frees never reaches the slow path,
+  // which retires batches: retire them here before events pile up.
+  if (MEMLAKE_UNLIKELY(scheduler_.closed_batches() > kMaxClosedBatches))
+    scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();

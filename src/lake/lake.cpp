@@ -69,6 +69,7 @@ std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
 }
 
 std::size_t Lake::reclaim() {
+  last_failure_.clear();
   bool clean = retire_zombies();
   std::vector<SegmentId> victims;
   for (auto [age, s] : unpinned_by_age_) victims.push_back(s);

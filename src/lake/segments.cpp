@@ -243,7 +243,7 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
 bool Lake::unmap_segment(SegmentId id) {
   Zombie z = detach_segment(id);
   if (retire(z)) return true;
-  last_failure_ = z.error;
+  if (last_failure_.empty()) last_failure_ = z.error;  // the first cause, not its consequences
   zombies_.push_back(std::move(z));
   return false;
 }
@@ -290,7 +290,7 @@ bool Lake::retire(Zombie& z) const {
 
 bool Lake::retire_zombies() {
   std::erase_if(zombies_, [&](Zombie& z) { return retire(z); });
-  if (!zombies_.empty()) last_failure_ = zombies_.front().error;
+  if (!zombies_.empty() && last_failure_.empty()) last_failure_ = zombies_.front().error;
   return zombies_.empty();
 }
 

@@ -109,6 +109,7 @@ void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
   record(e, stream);
   for (Pending* p : st.open) p->batch_event = e;
   st.closed.push_back(Batch{e, std::move(st.open)});
+  ++closed_count_;
   st.open.clear();
 }
 

@@ -61,6 +61,8 @@ class StreamScheduler {
   // their events complete.
   void forget_stream(StreamHandle stream);
   std::size_t pending_blocks() const { return pending_count_; }
+  // Batches with a recorded event not yet retired.
+  std::size_t closed_batches() const { return closed_count_; }
   std::size_t pending_bytes() const { return pending_bytes_; }
   bool is_pending(DevicePtr ptr) const { return where_.count(ptr) != 0; }
 
@@ -102,6 +104,7 @@ class StreamScheduler {
   std::vector<EventHandle> event_pool_;
   std::vector<EventHandle> all_events_;
   std::size_t pending_count_ = 0;
+  std::size_t closed_count_ = 0;
   std::size_t pending_bytes_ = 0;
 };
 
@@ -131,6 +134,7 @@ std::size_t StreamScheduler::harvest(Release&& release) {
       }
       event_pool_.push_back(batch.event);
       st.closed.pop_front();
+      --closed_count_;
     }
   };
   for (auto& [stream, st] : streams_) retire(st);
