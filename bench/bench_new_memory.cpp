@@ -2,7 +2,9 @@
 // allocator holds nothing cached (memlake: empty_cache; cudaMallocAsync: the
 // pool trimmed to 0; cudaMalloc never caches), so the call creates and maps
 // physical memory. Only the allocating call is timed (manual time, in us);
-// the free and the emptying run outside the measurement.
+// the free and the emptying run outside the measurement. memlake runs with
+// its default 2 MiB chunks (one handle per 2 MiB: per-handle driver costs),
+// memlake_1g_chunks with max_chunk 1 GiB (one handle per request here).
 #include <exception>
 
 #include "common.hpp"
@@ -11,11 +13,11 @@ namespace memlake::bench {
 namespace {
 
 #if MEMLAKE_HAVE_CUDA
-void new_memlake(benchmark::State& state) {
+void new_memlake(benchmark::State& state, std::size_t max_chunk) {
   if (!need_gpu(state)) return;
   const auto bytes = static_cast<std::size_t>(state.range(0));
   try {
-    Allocator a(memlake_config(BackendKind::cuda));
+    Allocator a(memlake_config(BackendKind::cuda, max_chunk));
     Stream s = a.create_stream();
     const auto cs = static_cast<cudaStream_t>(s);
     a.deallocate(a.allocate(bytes, s), bytes, s);  // warm-up of the driver paths
@@ -73,7 +75,7 @@ void new_cuda_malloc(benchmark::State& state) {
   }
 }
 #else
-void new_memlake(benchmark::State& state) {
+void new_memlake(benchmark::State& state, std::size_t) {
   need_gpu(state);
 }
 void new_cuda_async(benchmark::State& state) {
@@ -90,7 +92,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 }
 
 [[maybe_unused]] const bool registered = [] {
-  sizes(benchmark::RegisterBenchmark("new/memlake", new_memlake));
+  sizes(benchmark::RegisterBenchmark("new/memlake", new_memlake, 2 * MiB));
+  sizes(benchmark::RegisterBenchmark("new/memlake_1g_chunks", new_memlake, 1 * GiB));
   sizes(benchmark::RegisterBenchmark("new/cuda_async", new_cuda_async));
   sizes(benchmark::RegisterBenchmark("new/cuda_malloc", new_cuda_malloc));
   return true;

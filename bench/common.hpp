@@ -15,6 +15,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/backend.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/config.hpp"
 #include "memlake/stats.hpp"
@@ -62,6 +63,14 @@ inline Config memlake_config(BackendKind backend, std::size_t max_chunk = 2 * Mi
   c.backend = backend;
   c.max_chunk = max_chunk;
   return c;
+}
+
+// Waits for the work queued on one of the allocator's streams (outside the
+// timed part of a benchmark); false, with the benchmark failed, on error.
+inline bool synchronize(benchmark::State& state, Allocator& a, Stream s) {
+  if (a.backend().stream_synchronize(s) == Status::ok) return true;
+  fail(state, "stream_synchronize: " + a.backend().last_error());
+  return false;
 }
 
 // Per-iteration average of a stats counter's growth.

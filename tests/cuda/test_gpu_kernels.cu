@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <iterator>
 #include <random>
 #include <string>
@@ -345,7 +346,7 @@ TEST(GpuKernels, OutOfMemoryAtTheDeviceLimitThenRecoveryWithBytesIntact) {
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_FALSE(message.empty()) << "no out_of_memory after " << live.size() << " GiB";
   ASSERT_GE(live.size(), 2u);
-  GTEST_LOG_(INFO) << live.size() << " GiB allocated before: " << message;
+  std::printf("[   INFO   ] %zu GiB allocated before: %s\n", live.size(), message.c_str());
   EXPECT_EQ(requested, kGiB);
   EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
   EXPECT_NE(message.find("requested 1073741824 bytes"), std::string::npos) << message;

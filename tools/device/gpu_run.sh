@@ -62,13 +62,18 @@ note "== machine"
 note "== build"
 CONFIGURE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90
   -DCMAKE_CUDA_FLAGS=-lineinfo -DMEMLAKE_BUILD_TOOLS=OFF)
-TARGETS=(--target memlake_cuda_tests memlake_bench)
-BUILT=0
-if step configure 120 "$OUT/build.log" cmake -S . -B "$BUILD" "${CONFIGURE[@]}" &&
-  step build 240 "$OUT/build.log" cmake --build "$BUILD" "${TARGETS[@]}"; then
-  BUILT=1
-else
-  note "the build with warnings as errors failed (first diagnostics below); building again with warnings allowed"
+TESTS="" BENCH="" STRICT=1
+if step configure 120 "$OUT/build.log" cmake -S . -B "$BUILD" "${CONFIGURE[@]}"; then
+  step build-tests 240 "$OUT/build.log" cmake --build "$BUILD" --target memlake_cuda_tests &&
+    TESTS=$BUILD/tests/memlake_cuda_tests
+  step build-bench 120 "$OUT/build.log" cmake --build "$BUILD" --target memlake_bench &&
+    BENCH=$BUILD/bench/memlake_bench
+fi
+if [[ -z $TESTS || -z $BENCH ]]; then
+  # A newer compiler may warn where the one the code was written with did
+  # not: build what failed again with warnings allowed, and say so.
+  STRICT=0
+  note "a build with warnings as errors failed (first diagnostics below); building it again with warnings allowed"
   grep -m 20 -E "error|warning" "$OUT/build.log" | tee -a "$SUMMARY"
   case $BUILD in
     /*) RELAXED=$BUILD-relaxed ;;
@@ -78,29 +83,30 @@ else
   printf '#!/bin/sh\nexec "$@" -Wno-error\n' >"$RELAXED/cxx"
   printf '#!/bin/sh\nexec "$@" -Xcompiler=-Wno-error\n' >"$RELAXED/cuda"
   chmod +x "$RELAXED/cxx" "$RELAXED/cuda"
-  BUILD=$RELAXED/build
-  if step configure-relaxed 120 "$OUT/build.log" cmake -S . -B "$BUILD" "${CONFIGURE[@]}" \
-    -DCMAKE_CXX_COMPILER_LAUNCHER="$RELAXED/cxx" -DCMAKE_CUDA_COMPILER_LAUNCHER="$RELAXED/cuda" &&
-    step build-relaxed 240 "$OUT/build.log" cmake --build "$BUILD" "${TARGETS[@]}"; then
-    BUILT=2
+  if step configure-relaxed 120 "$OUT/build.log" cmake -S . -B "$RELAXED/build" "${CONFIGURE[@]}" \
+    -DCMAKE_CXX_COMPILER_LAUNCHER="$RELAXED/cxx" -DCMAKE_CUDA_COMPILER_LAUNCHER="$RELAXED/cuda"; then
+    [[ -n $TESTS ]] ||
+      { step build-tests-relaxed 240 "$OUT/build.log" cmake --build "$RELAXED/build" \
+        --target memlake_cuda_tests && TESTS=$RELAXED/build/tests/memlake_cuda_tests; }
+    [[ -n $BENCH ]] ||
+      { step build-bench-relaxed 120 "$OUT/build.log" cmake --build "$RELAXED/build" \
+        --target memlake_bench && BENCH=$RELAXED/build/bench/memlake_bench; }
   fi
 fi
-if ((BUILT == 0)); then
-  note "build failed; last lines of build.log:"
+if [[ -z $TESTS ]]; then
+  note "memlake_cuda_tests did not build; last lines of build.log:"
   tail -n 40 "$OUT/build.log" | tee -a "$SUMMARY"
   exit 1
 fi
-TESTS=$BUILD/tests/memlake_cuda_tests
-BENCH=$BUILD/bench/memlake_bench
 KERNEL_TESTS='GpuKernels.*-GpuKernels.OutOfMemory*'
 
 note "== memlake_cuda_tests"
 step tests 150 "$OUT/tests.log" "$TESTS" --gtest_color=no
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|tests? (failed|skipped)|GiB allocated before" \
+grep -E "^\[  (PASSED|FAILED) |^\[  SKIPPED \] [0-9]|^\[==========\]|GiB allocated before" \
   "$OUT/tests.log" | tee -a "$SUMMARY"
 
 note "== memlake_bench"
-if [[ -x $BENCH ]]; then
+if [[ -n $BENCH ]]; then
   step bench 200 "$OUT/bench.log" "$BENCH" --benchmark_out="$OUT/bench.json" \
     --benchmark_out_format=json --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
   if [[ -s $OUT/bench.json ]]; then
@@ -131,4 +137,4 @@ else
   note "compute-sanitizer not found"
 fi
 
-note "== done in $(($(date +%s) - START))s (build: $([[ $BUILT == 1 ]] && echo 'warnings as errors' || echo 'warnings allowed'))"
+note "== done in $(($(date +%s) - START))s (build: $( ((STRICT)) && echo 'warnings as errors' || echo 'warnings allowed for what failed'))"
