@@ -83,7 +83,8 @@ Options parse_args(int argc, char** argv) {
       usage(("unknown argument " + std::string(a)).c_str());
     }
   }
-  if (o.steps < 1 || o.microbatches < 1 || !(o.scale > 0)) usage("bad --steps, --microbatches or --scale");
+  if (o.steps < 1 || o.microbatches < 1 || !(o.scale > 0))
+    usage("bad --steps, --microbatches or --scale");
   return o;
 }
 
@@ -240,7 +241,8 @@ class CudaDevice final : public Device {
     events_.push_back(e);
   }
   void synchronize(const std::vector<Stream>& streams) override {
-    for (Stream s : streams) cuda_check(cudaStreamSynchronize(to_stream(s)), "cudaStreamSynchronize");
+    for (Stream s : streams)
+      cuda_check(cudaStreamSynchronize(to_stream(s)), "cudaStreamSynchronize");
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     events_.clear();
     used_ = 0;
@@ -268,7 +270,8 @@ class CudaDevice final : public Device {
   Slot* next_slot() {
     if (used_ == slots_.size()) {
       auto* s = new Slot{this, nullptr, 0, 0};
-      cuda_check(cudaMallocHost(reinterpret_cast<void**>(&s->bytes), 3 * kWindow), "cudaMallocHost");
+      cuda_check(cudaMallocHost(reinterpret_cast<void**>(&s->bytes), 3 * kWindow),
+                 "cudaMallocHost");
       slots_.push_back(s);
     }
     return slots_[used_++];
@@ -479,7 +482,8 @@ class Pipeline {
   }
 
   std::size_t act_bytes(int stage, int mb) const {
-    return bytes(seq_[static_cast<std::size_t>(mb)] * 4096.0) + 512 * static_cast<std::size_t>(stage);
+    return bytes(seq_[static_cast<std::size_t>(mb)] * 4096.0) +
+           512 * static_cast<std::size_t>(stage);
   }
 
   void forward(int step, int k, int mb) {
@@ -559,13 +563,13 @@ int run(const Options& o) {
     memlake_peak_reserved = s.reserved_bytes.peak;
     std::printf("pipeline_parallel: %s backend, %d stages, %d steps, %d micro-batches, scale %g\n",
                 alloc.backend_name(), kStages, o.steps, o.microbatches, o.scale);
-    std::printf("  allocations          %lld (stream cache %lld, exact %lld, split %lld, stitch %lld, new %lld)\n",
-                static_cast<long long>(s.allocs.current),
-                static_cast<long long>(s.path_stream_cache.current),
-                static_cast<long long>(s.path_exact.current),
-                static_cast<long long>(s.path_split.current),
-                static_cast<long long>(s.path_stitch.current),
-                static_cast<long long>(s.path_new.current));
+    std::printf(
+        "  allocations          %lld (stream cache %lld, exact %lld, split %lld, stitch %lld, new "
+        "%lld)\n",
+        static_cast<long long>(s.allocs.current),
+        static_cast<long long>(s.path_stream_cache.current),
+        static_cast<long long>(s.path_exact.current), static_cast<long long>(s.path_split.current),
+        static_cast<long long>(s.path_stitch.current), static_cast<long long>(s.path_new.current));
     std::printf("  peak live            %.1f MiB\n", mib(s.live_bytes.peak));
     std::printf("  peak reserved        %.1f MiB\n", mib(s.reserved_bytes.peak));
     std::printf("  utilization          %.3f\n",
@@ -573,7 +577,8 @@ int run(const Options& o) {
                                                 static_cast<double>(s.reserved_bytes.peak)
                                           : 0.0);
     std::printf("  host waits           %lld\n", static_cast<long long>(s.host_waits.current));
-    std::printf("  cross-stream waits   %lld\n", static_cast<long long>(s.cross_stream_waits.current));
+    std::printf("  cross-stream waits   %lld\n",
+                static_cast<long long>(s.cross_stream_waits.current));
     std::printf("  VMM calls            %lld (%lld on the allocating thread)\n",
                 static_cast<long long>(s.vmm_calls.current),
                 static_cast<long long>(s.critical_path_vmm_calls.current));

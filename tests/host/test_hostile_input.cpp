@@ -174,7 +174,7 @@ TEST(HostileInput, InteriorPointersInStitchedAndContinuedBlocks) {
   expect_unchanged(s0, *a, 2);
 
   void* head = a->allocate(3 * MiB - 4096);  // leaves a 4 KiB tail in its last chunk
-  void* cont = a->allocate(3 * MiB);          // may start in that tail
+  void* cont = a->allocate(3 * MiB);         // may start in that tail
   const Snapshot s1(*a);
   EXPECT_THAT(misuse_of([&] { a->deallocate(static_cast<char*>(cont) + 1024, 0); }),
               StartsWith("memlake: interior pointer"));
@@ -441,8 +441,8 @@ int unknown_stream_child() {
   memlake_stats s{};
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s;
-  if (memlake_get_stats(0, &s) != 0 || s.misuse_errors != 3 || s.live_bytes != 0 ||
-      s.allocs != 1 || s.frees != 1)
+  if (memlake_get_stats(0, &s) != 0 || s.misuse_errors != 3 || s.live_bytes != 0 || s.allocs != 1 ||
+      s.frees != 1)
     ++failures;
   return failures;
 }
@@ -474,8 +474,9 @@ namespace fs = std::filesystem;
 class TraceFiles : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("memlake_hostile_" + std::to_string(::getpid()) + "_" +
-                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        fs::temp_directory_path() / ("memlake_hostile_" + std::to_string(::getpid()) + "_" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -522,7 +523,10 @@ TEST_F(TraceFiles, BinaryGarbage) {
 
 TEST_F(TraceFiles, NulByteInsideARow) {
   const std::string text = std::string(kHeader) + "0,alloc,1,10,0\n" +
-                           std::string("1,alloc,2,1\0" "0,0\n", 15);
+                           std::string(
+                               "1,alloc,2,1\0"
+                               "0,0\n",
+                               15);
   const std::string path = write("nul.csv", text);
   // The NUL is an ordinary byte of the field: the line and the field are named.
   EXPECT_THAT(error_of(path), StartsWith(path + ":3: bytes is not a number: '1"));
@@ -559,8 +563,8 @@ TEST_F(TraceFiles, ADirectoryIsNotATrace) {
 }
 
 TEST_F(TraceFiles, VeryLongLineAndManyFields) {
-  const std::string fields = std::string(kHeader) + "0,alloc,1,10,0" + std::string(100000, ',') +
-                             "\n";
+  const std::string fields =
+      std::string(kHeader) + "0,alloc,1,10,0" + std::string(100000, ',') + "\n";
   const std::string path = write("fields.csv", fields);
   EXPECT_EQ(error_of(path), path + ":2: expected 5 fields (ts_us,op,id,bytes,stream), got 100005");
   const std::string digits = std::string(kHeader) + "0,alloc,1," + std::string(5000, '9') + ",0\n";
@@ -570,7 +574,8 @@ TEST_F(TraceFiles, VeryLongLineAndManyFields) {
 
 TEST_F(TraceFiles, FreeOfAnIdThatWasNeverAllocatedAfterManyRows) {
   std::string text = kHeader;
-  for (int i = 0; i < 1000; ++i) text += std::to_string(i) + ",alloc," + std::to_string(i) + ",8,0\n";
+  for (int i = 0; i < 1000; ++i)
+    text += std::to_string(i) + ",alloc," + std::to_string(i) + ",8,0\n";
   text += "1000,free,5000,8,0\n";
   const std::string path = write("late.csv", text);
   EXPECT_EQ(error_of(path), path + ":1002: free of unknown id 5000 (not live)");
@@ -583,8 +588,7 @@ class CountReport : public testing::Environment {
     if (g_cases > 0) std::printf("[ hostile  ] %d hostile inputs tried in this process\n", g_cases);
   }
 };
-const testing::Environment* const kCountReport =
-    testing::AddGlobalTestEnvironment(new CountReport);
+const testing::Environment* const kCountReport = testing::AddGlobalTestEnvironment(new CountReport);
 
 }  // namespace
 }  // namespace memlake

@@ -257,8 +257,8 @@ class Stress {
         const std::size_t k = rng() % mine.size();
         Held h = mine[k];
         mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
-        const int to = static_cast<int>((static_cast<unsigned>(t) + 1 + rng() % (kThreads - 1)) %
-                                        kThreads);
+        const int to =
+            static_cast<int>((static_cast<unsigned>(t) + 1 + rng() % (kThreads - 1)) % kThreads);
         std::lock_guard lock(inbox_mutex_);
         inbox_[to].push_back(h);
         counts_.handoffs.fetch_add(1, std::memory_order_relaxed);
@@ -331,11 +331,11 @@ TEST_P(StressTest, ThreadsAndStreamsUnderMemoryPressure) {
   RecordProperty("handoffs", static_cast<int>(c.handoffs.load()));
   RecordProperty("stream_jobs", static_cast<int>(g_jobs.load()));
   RecordProperty("mismatches", static_cast<int>(g_mismatches.load()));
-  std::cout << "[ stress   ] " << c.ops << " operations, " << c.allocs << " allocations, "
-            << c.ooms << " out of memory, " << c.frees << " frees, " << c.handoffs
+  std::cout << "[ stress   ] " << c.ops << " operations, " << c.allocs << " allocations, " << c.ooms
+            << " out of memory, " << c.frees << " frees, " << c.handoffs
             << " handed to other threads, " << g_jobs << " stream jobs, " << g_mismatches
-            << " mismatches, " << st.cross_stream_waits.current << " cross-stream waits, "
-            << held << " held at the end\n";
+            << " mismatches, " << st.cross_stream_waits.current << " cross-stream waits, " << held
+            << " held at the end\n";
   EXPECT_EQ(g_mismatches.load(), 0u) << "a block was reused before its last user's work ran";
   EXPECT_EQ(c.errors.load(), 0u);
   EXPECT_EQ(c.ops.load(), ops / kThreads * kThreads);
