@@ -46,7 +46,7 @@ bool Lake::plan_job(WorkerJob* job) {
 
 void Lake::execute(WorkerJob& job) const {
   if (job.stitch) job.plan.status = map_range(job.plan.handles, &job.plan.range);
-  std::erase_if(job.evictions, [&](Zombie& z) { return retire(z); });
+  std::erase_if(job.evictions, [&](Zombie& z) { return retire(z, true); });
 }
 
 void Lake::commit(WorkerJob& job) {

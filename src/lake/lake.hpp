@@ -146,7 +146,8 @@ class Lake {
   bool unmap_segment(SegmentId s);
   Zombie detach_segment(SegmentId s);
   void plan_evictions(std::vector<Zombie>* out, SegmentId keep);
-  bool retire(Zombie& z) const;
+  bool retire(Zombie& z, bool may_unreserve) const;
+  bool mapped_inside(DevicePtr va, std::size_t size) const;
   bool retire_zombies();
   void enforce_cache_budget(SegmentId keep);
   ChunkId create_chunk(std::size_t size);  // kNone on OOM

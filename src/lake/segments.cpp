@@ -95,7 +95,7 @@ Status Lake::map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& c
     Zombie z{va, va_size, {}};
     for (std::size_t j = 0; j < mapped; ++j)
       z.mapped.emplace_back(va + offsets[j], chunks[j].second);
-    if (!retire(z)) out->leftover.push_back(std::move(z));
+    if (!retire(z, true)) out->leftover.push_back(std::move(z));
     return st;
   };
   for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -188,7 +188,7 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
     Zombie z{0, 0, {}};  // no reservation of its own: the segment's
     for (std::size_t j = 0, o = 0; j < mapped; o += chunks_[ids[j]].size, ++j)
       z.mapped.emplace_back(base + o, chunks_[ids[j]].size);
-    if (!retire(z)) {
+    if (!retire(z, true)) {
       zombies_.push_back(std::move(z));
       seg.sealed = true;
     }
@@ -242,7 +242,7 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
 // refused.
 bool Lake::unmap_segment(SegmentId id) {
   Zombie z = detach_segment(id);
-  if (retire(z)) return true;
+  if (retire(z, !mapped_inside(z.va, z.va_size))) return true;
   if (last_failure_.empty()) last_failure_ = z.error;  // the first cause, not its consequences
   zombies_.push_back(std::move(z));
   return false;
@@ -275,7 +275,7 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
 
 // Unmaps what is left of a dropped range, then frees its addresses (if it
 // has a reservation of its own). Const: the worker calls it without the lock.
-bool Lake::retire(Zombie& z) const {
+bool Lake::retire(Zombie& z, bool may_unreserve) const {
   std::erase_if(z.mapped, [&](const std::pair<DevicePtr, std::size_t>& m) {
     Status s = backend_.unmap(m.first, m.second);
     if (s != Status::ok) z.error = std::string("unmap failed: ") + backend_.last_error();
@@ -283,13 +283,40 @@ bool Lake::retire(Zombie& z) const {
   });
   if (!z.mapped.empty()) return false;
   if (z.va_size == 0) return true;
+  if (!may_unreserve) {
+    if (z.error.empty()) z.error = "unreserve deferred: a refused unmap lies inside the range";
+    return false;
+  }
   Status s = backend_.unreserve(z.va, z.va_size);
   if (s != Status::ok) z.error = std::string("unreserve failed: ") + backend_.last_error();
   return s == Status::ok;
 }
 
+// A range is never unreserved while a mapping the backend refused to remove
+// lies inside it (an extension's undo lies inside its segment's room).
+bool Lake::mapped_inside(DevicePtr va, std::size_t size) const {
+  for (const Zombie& z : zombies_) {
+    for (const auto& [at, len] : z.mapped)
+      if (at >= va && at < va + size) return true;
+  }
+  return false;
+}
+
 bool Lake::retire_zombies() {
-  std::erase_if(zombies_, [&](Zombie& z) { return retire(z); });
+  // Unmap whatever the backend now allows, then free the ranges with nothing
+  // mapped inside them any more.
+  for (Zombie& z : zombies_) retire(z, /*may_unreserve=*/false);
+  std::vector<bool> done(zombies_.size());
+  for (std::size_t i = 0; i < zombies_.size(); ++i) {
+    Zombie& z = zombies_[i];
+    done[i] = z.mapped.empty() &&
+              (z.va_size == 0 || (!mapped_inside(z.va, z.va_size) && retire(z, true)));
+  }
+  std::vector<Zombie> left;
+  for (std::size_t i = 0; i < zombies_.size(); ++i) {
+    if (!done[i]) left.push_back(std::move(zombies_[i]));
+  }
+  zombies_ = std::move(left);
   if (!zombies_.empty() && last_failure_.empty()) last_failure_ = zombies_.front().error;
   return zombies_.empty();
 }
@@ -310,7 +337,8 @@ void Lake::plan_evictions(std::vector<Zombie>* out, SegmentId keep) {
   while (static_cast<double>(mapped_bytes_) > budget && it != unpinned_by_age_.end()) {
     SegmentId victim = it->second;
     ++it;
-    if (victim == keep) continue;
+    const Segment& seg = segments_[victim];
+    if (victim == keep || mapped_inside(seg.va, seg.va_size)) continue;
     out->push_back(detach_segment(victim));
     ++stats_.evictions.current;
   }
@@ -320,7 +348,7 @@ void Lake::enforce_cache_budget(SegmentId keep) {
   std::vector<Zombie> victims;
   plan_evictions(&victims, keep);
   for (Zombie& z : victims) {
-    if (!retire(z)) zombies_.push_back(std::move(z));
+    if (!retire(z, true)) zombies_.push_back(std::move(z));
   }
 }
 

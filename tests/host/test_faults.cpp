@@ -167,22 +167,10 @@ struct Rig {
   }
 };
 
-// Known bug, src/lake/lake.cpp Lake::reclaim() with segments.cpp retire():
-// when the undo of a failed extend_segment() is refused, its mappings stay
-// on the retry list inside the segment's own reservation; if their retry is
-// refused again, reclaim still unmaps and unreserves the segment, and the
-// backend refuses to unreserve a range that is still mapped ("range still
-// has a chunk mapped"; on CUDA, cuMemAddressFree over mapped pages). The
-// lake stays consistent and a later empty_cache returns everything. Runs
-// that hit it are counted and the test is skipped with the count; every
-// other check still applies to them.
-constexpr const char* kKnownUnreserveBug = "range still has a chunk mapped";
-
 // What one run saw.
 struct Outcome {
   int out_of_memory = 0;
   int backend_errors = 0;
-  int known_bug = 0;                  // backend refusals of kKnownUnreserveBug
   std::vector<std::string> problems;  // anything a test must fail on
 };
 
@@ -370,12 +358,8 @@ std::uint64_t run_once(const std::function<void(FaultBackend&)>& arm, Outcome& o
   w.recover();
   w.verify_all();
   w.drain();
-  if (rig.refusals->refused() > 0) {
-    if (rig.refusals->last().find(kKnownUnreserveBug) != std::string::npos)
-      ++out.known_bug;
-    else
-      out.problems.push_back("the backend refused a call: " + rig.refusals->last());
-  }
+  if (rig.refusals->refused() > 0)
+    out.problems.push_back("the backend refused a call the lake made: " + rig.refusals->last());
   return injected;
 }
 
@@ -458,7 +442,7 @@ TEST_P(FaultSweep, EveryCallSiteFailsCleanly) {
   const std::uint64_t calls = clean_calls(op);
   ASSERT_GT(calls, 0u);
   std::uint64_t injected = 0, survived = 0;
-  int absorbed = 0, known = 0;
+  int absorbed = 0;
   std::string failures;
   // A fault changes the path the workload takes, so look a little past the
   // calls of a clean run.
@@ -470,7 +454,6 @@ TEST_P(FaultSweep, EveryCallSiteFailsCleanly) {
       out.problems.push_back("exhaustion surfaced as backend_error");
     if (!exhaustion && out.out_of_memory > 0)
       out.problems.push_back("a backend error surfaced as out_of_memory");
-    known += out.known_bug;
     if (out.problems.empty()) {
       survived += hit;
       if (hit > 0 && out.out_of_memory + out.backend_errors == 0) ++absorbed;
@@ -486,7 +469,6 @@ TEST_P(FaultSweep, EveryCallSiteFailsCleanly) {
             << " absorbed without an error\n";
   EXPECT_GE(injected, calls) << "every call site of a clean run was failed once";
   EXPECT_EQ(survived, injected) << failures;
-  if (known > 0) GTEST_SKIP() << "known bug (kKnownUnreserveBug) in " << known << " runs";
 }
 
 // clang-format off
@@ -512,14 +494,13 @@ std::uint64_t seeds() {
 void random_faults(std::initializer_list<VmmOp> ops, WorkerMode worker) {
   std::uint64_t injected = 0, survived = 0;
   std::string failures;
-  int runs = 0, known = 0;
+  int runs = 0;
   for (double p : {0.02, 0.1, 0.3}) {
     for (std::uint64_t seed = 1; seed <= seeds(); ++seed, ++runs) {
       Outcome out;
       const std::uint64_t hit =
           run_once([&](FaultBackend& f) { f.fail_randomly(p, seed, ops); }, out, worker);
       injected += hit;
-      known += out.known_bug;
       if (out.problems.empty())
         survived += hit;
       else if (failures.size() < 4000)
@@ -534,11 +515,6 @@ void random_faults(std::initializer_list<VmmOp> ops, WorkerMode worker) {
             << " survived\n";
   EXPECT_GT(injected, static_cast<std::uint64_t>(runs));
   EXPECT_EQ(survived, injected) << failures;
-  if (known > 0) {
-    GTEST_SKIP() << "known bug: reclaim unreserved a segment whose refused extension undo was "
-                    "still mapped inside it (kKnownUnreserveBug), in "
-                 << known << " runs; all other checks passed";
-  }
 }
 
 TEST_P(FaultsByWorker, RandomFaultsOnTheAllocationPath) {
@@ -577,8 +553,6 @@ TEST(Faults, FailedUnmapInEmptyCacheLeavesTheLakeConsistent) {
 // lies inside the segment's reservation: the segment's range must not be
 // unreserved while it is still mapped, and the error must name the fault.
 TEST(Faults, RefusedUndoOfAnExtensionIsRetiredBeforeItsSegment) {
-  GTEST_SKIP() << "known bug: Lake::reclaim() unreserves the segment while the refused undo of "
-                  "its extension is still mapped inside it (kKnownUnreserveBug)";
   Rig rig;
   Allocator& a = *rig.alloc;
   void* x = a.allocate(3 * U - P);  // leaves a tail in its last chunk
