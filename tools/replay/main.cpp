@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "async_replay.hpp"
 #include "gmlake_policy.hpp"
 #include "memlake/config.hpp"
 #include "memlake/errors.hpp"
@@ -58,6 +59,11 @@ options:
   --min-capacity         binary search, in granularity steps with a fresh
                          allocator per try, for the smallest capacity at which
                          the trace fits; for memlake and the GMLake policy
+  --allocator cudaMallocAsync
+                         also replay the trace through cudaMallocAsync and
+                         cudaFreeAsync on the device's default pool (release
+                         threshold max) and report its reserved high watermark
+                         beside memlake's (needs a GPU)
   --policy memlake|gmlake
                          memlake (default): replay through memlake, with the
                          GMLake policy alongside for comparison. gmlake:
@@ -98,6 +104,7 @@ struct Options {
   std::optional<std::uint64_t> capacity;
   bool min_capacity = false;
   bool gmlake_only = false;
+  bool cuda_async = false;  // --allocator cudaMallocAsync
   GmlakeOptions gmlake;
   double warmup = 0.3;
   bool json = false;
@@ -201,6 +208,12 @@ Options parse_args(int argc, char** argv) {
         o.gmlake_only = true;
       else
         throw UsageError("--policy: expected memlake or gmlake, got '" + v + "'");
+    } else if (arg == "--allocator") {
+      const std::string v = need();
+      if (v != "cudaMallocAsync")
+        throw UsageError("--allocator: the only stock allocator is cudaMallocAsync, got '" + v +
+                         "'");
+      o.cuda_async = true;
     } else if (arg == "--gmlake-frag-limit") {
       const std::string v = need();
       const auto size = parse_size(v);
@@ -452,10 +465,41 @@ int run(const Options& o) {
       }
     }
 
+    AsyncResult async;
+    if (o.cuda_async) async = replay_cuda_async(setup, config.device);
+    const double async_ratio = async.ran && async.reserved_high && r.memlake
+                                   ? static_cast<double>(r.memlake->stats.reserved_bytes.peak) /
+                                         static_cast<double>(async.reserved_high)
+                                   : 0;
     if (o.json) {
-      std::printf("%s\n", json_line(r).c_str());
+      std::string line = json_line(r);
+      if (o.cuda_async) {
+        char extra[512];
+        if (async.ran)
+          std::snprintf(
+              extra, sizeof extra,
+              ",\"cuda_async_measured\":{\"peak_reserved_bytes\":%llu,\"used_high_bytes\":%llu,"
+              "\"memlake_ratio\":%.6f,\"alloc_ns_median\":%llu,\"free_ns_median\":%llu}",
+              static_cast<unsigned long long>(async.reserved_high),
+              static_cast<unsigned long long>(async.used_high), async_ratio,
+              static_cast<unsigned long long>(async.alloc_ns.median),
+              static_cast<unsigned long long>(async.free_ns.median));
+        else
+          std::snprintf(extra, sizeof extra, ",\"cuda_async_measured\":null");
+        line.insert(line.size() - 1, extra);
+      }
+      std::printf("%s\n", line.c_str());
     } else {
       print_table(stdout, r);
+      if (o.cuda_async && async.ran)
+        std::printf(
+            "  cudaMallocAsync  measured here: peak reserved %s, used high %s; memlake / it %.3f; "
+            "ns per alloc median %llu, free %llu\n\n",
+            gib(async.reserved_high).c_str(), gib(async.used_high).c_str(), async_ratio,
+            static_cast<unsigned long long>(async.alloc_ns.median),
+            static_cast<unsigned long long>(async.free_ns.median));
+      else if (o.cuda_async)
+        std::printf("  cudaMallocAsync  not run: %s\n\n", async.why_not.c_str());
     }
     std::fflush(stdout);
     const bool fits = o.gmlake_only ? r.gmlake.fits : r.memlake->fits;

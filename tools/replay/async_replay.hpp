@@ -1,0 +1,24 @@
+// The same trace through cudaMallocAsync/cudaFreeAsync on the device's
+// default pool (release threshold at its maximum, so the pool keeps what it
+// gets), trace streams mapped to streams of their own: the stock
+// stream-ordered allocator measured in the same run as memlake.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "replay.hpp"
+
+namespace memlake {
+
+struct AsyncResult {
+  bool ran = false;
+  std::string why_not;              // when !ran
+  std::uint64_t reserved_high = 0;  // cudaMemPoolAttrReservedMemHigh
+  std::uint64_t used_high = 0;      // cudaMemPoolAttrUsedMemHigh
+  Percentiles alloc_ns, free_ns;
+};
+
+AsyncResult replay_cuda_async(const ReplaySetup& setup, int device);
+
+}  // namespace memlake
