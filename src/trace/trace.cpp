@@ -433,12 +433,19 @@ void TraceWriter::write_meta(const TraceMeta& meta) {
   }
   meta_written_ = true;
   std::string s = "# memlake-trace v1";
-  if (!meta.workload.empty()) s += " workload=" + one_line(meta.workload);
-  if (!meta.source.empty()) s += " source=" + one_line(meta.source);
+  if (!meta.workload.empty()) {
+    s += " workload=";
+    s += one_line(meta.workload);
+  }
+  if (!meta.source.empty()) {
+    s += " source=";
+    s += one_line(meta.source);
+  }
   s += '\n';
   ++lines_;
   for (const TraceBaseline& b : meta.baselines) {
-    s += "# baseline " + one_line(b.name);
+    s += "# baseline ";
+    s += one_line(b.name);
     bool has_reserved = std::any_of(b.fields.begin(), b.fields.end(), [](const auto& kv) {
       return kv.first == "peak_reserved_bytes";
     });
@@ -450,7 +457,12 @@ void TraceWriter::write_meta(const TraceMeta& meta) {
         append_u64(s, *b.peak_allocated_bytes);
       }
     }
-    for (const auto& [key, value] : b.fields) s += " " + one_line(key) + "=" + one_line(value);
+    for (const auto& [key, value] : b.fields) {
+      s += ' ';
+      s += one_line(key);
+      s += '=';
+      s += one_line(value);
+    }
     s += '\n';
     ++lines_;
   }
