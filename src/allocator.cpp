@@ -40,6 +40,7 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   o.stitch_cache_ratio = c.stitch_cache_ratio;
   o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);
   o.defer_eviction = c.worker != WorkerMode::off;
+  o.reserve = c.worker != WorkerMode::off ? c.reserve : 0;
   return o;
 }
 

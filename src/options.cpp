@@ -76,6 +76,9 @@ constexpr std::array kOptions = {
   Option{"worker", &Config::worker, Unit::choice, 0, 0, false,
          "background mapping worker: thread, inline (the same jobs at the same points on the "
          "allocating thread, reproducible), or off"},
+  Option{"reserve", &Config::reserve, Unit::size, 0, kNoLimit, false,
+         "free chunks the worker keeps created and mapped ahead of demand (counted as "
+         "reserved memory); 0: none"},
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},

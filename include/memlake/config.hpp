@@ -63,6 +63,10 @@ struct Config {
   // the allocating thread. inline_jobs runs the same jobs at the same points
   // on the allocating thread (deterministic, for tests and replay).
   WorkerMode worker = WorkerMode::thread;
+  // Free chunks the worker keeps created and mapped ahead of demand, so a
+  // request that needs new memory maps nothing. They count as reserved
+  // memory (they raise the peak by up to this much), hence off by default.
+  std::size_t reserve = 0;
 
   // What happens on a bad free / unknown pointer: return an error (the C API
   // sets memlake_last_error, C++ throws memlake::misuse) or abort with a

@@ -1,9 +1,15 @@
-// Consolidation, the mapping worker's job on the lake: when free memory is
-// scattered over many segments (no free run holds what it adds up to), map
-// the free chunks into one new range, so the next large request finds a free
-// run and maps nothing on the allocating thread. Chunks may be mapped at
-// several addresses, so this takes no memory from anyone: the chunks stay
-// free until a request claims them through whichever segment it finds.
+// The mapping worker's jobs on the lake, each planned and committed under
+// the allocator's lock and executed (the VMM calls) without it:
+//
+// - consolidation: when free memory is scattered over many segments (no free
+//   run holds what the workload asks for), map free chunks into one new
+//   range, so the next large request finds a free run and maps nothing on
+//   the allocating thread. Chunks may be mapped at several addresses, so this
+//   takes no memory from anyone: the chunks stay free until a request claims
+//   them through whichever segment it finds.
+// - reserve top-up (Config::reserve): create and map chunks ahead of demand,
+//   so a request that needs new memory finds it mapped.
+// - eviction: unmap cached ranges over the mapping budget.
 #include <cassert>
 
 #include "lake/lake.hpp"
@@ -14,30 +20,67 @@ namespace {
 constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap enough
 }
 
+// The largest request seen should find a free run. After a request had to
+// stitch, consolidate when the largest run is under half of the free chunks;
+// ahead of demand, when the largest run is smaller than that request and a
+// request near its size came since the last consolidation (so ranges are not
+// rebuilt for sizes the workload stopped asking for), once as much as a range
+// maps has come free again (so the worker's mapping work stays proportional
+// to the free traffic).
 bool Lake::wants_consolidation() const {
-  if (!stitch_demand_ || free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
+  if (free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
   const std::size_t largest = free_runs_.empty() ? 0 : free_runs_.rbegin()->bytes;
-  return largest * 2 < free_chunk_bytes_;
+  if (stitch_demand_ && largest * 2 < free_chunk_bytes_) return true;
+  const std::size_t want = consolidation_bytes();
+  return large_since_consolidation_ && largest < want && freed_since_consolidation_ >= want;
+}
+
+// What one consolidated range maps: room for the largest request seen.
+std::size_t Lake::consolidation_bytes() const {
+  return std::min(free_chunk_bytes_, std::max(demand_target_, kMinChunks * options_.granularity));
+}
+
+bool Lake::wants_reserve() const {
+  const auto held = static_cast<std::size_t>(stats_.reserve_bytes.current);
+  return options_.reserve != 0 && creating_bytes_ == 0 &&
+         held + options_.granularity <= options_.reserve &&
+         reserved_bytes_ + options_.granularity <= options_.capacity;
 }
 
 bool Lake::wants_work() const {
-  return wants_consolidation() || over_budget();
+  return wants_consolidation() || wants_reserve() || over_budget();
 }
 
 bool Lake::plan_job(WorkerJob* job) {
   job->stitch = false;
   job->evictions.clear();
+  StitchPlan& plan = job->plan;
   if (wants_consolidation()) {
     stitch_demand_ = false;
-    StitchPlan& plan = job->plan;
+    large_since_consolidation_ = false;
+    freed_since_consolidation_ = 0;
     plan = StitchPlan{};
-    for (auto it = free_chunks_.rbegin();
-         it != free_chunks_.rend() && plan.ids.size() < options_.max_stitch_chunks; ++it) {
+    const std::size_t want = std::max(consolidation_bytes(), free_chunk_bytes_ / 2);
+    std::size_t planned = 0;
+    for (auto it = free_chunks_.rbegin(); it != free_chunks_.rend() && planned < want &&
+                                          plan.ids.size() < options_.max_stitch_chunks;
+         ++it) {
       Chunk& c = chunks_[it->second];
+      if (c.reserve) continue;
       ++c.pins;
       plan.ids.push_back(it->second);
       plan.handles.emplace_back(c.handle, c.size);
+      planned += c.size;
     }
+    job->stitch = true;
+  } else if (wants_reserve()) {
+    plan = StitchPlan{};
+    const std::size_t g = options_.granularity;
+    const auto held = static_cast<std::size_t>(stats_.reserve_bytes.current);
+    std::size_t deficit = (options_.reserve - held) / g * g;
+    deficit = std::min(deficit, (options_.capacity - reserved_bytes_) / g * g);
+    plan.create_sizes = chunk_sizes_for(deficit);
+    creating_bytes_ = deficit;
     job->stitch = true;
   }
   plan_evictions(&job->evictions, kNone);
@@ -45,7 +88,22 @@ bool Lake::plan_job(WorkerJob* job) {
 }
 
 void Lake::execute(WorkerJob& job) const {
-  if (job.stitch) job.plan.status = map_range(job.plan.handles, &job.plan.range);
+  if (job.stitch) {
+    StitchPlan& plan = job.plan;
+    for (std::size_t size : plan.create_sizes) {
+      ChunkHandle h = 0;
+      plan.status = backend_.create_chunk(size, &h);
+      if (plan.status != Status::ok) break;
+      plan.handles.emplace_back(h, size);
+    }
+    if (plan.status == Status::ok) plan.status = map_range(plan.handles, &plan.range);
+    // A reserve that could not be mapped is given back at once; a handle the
+    // backend will not release stays adopted (commit) so nothing leaks.
+    if (plan.status != Status::ok && !plan.create_sizes.empty())
+      std::erase_if(plan.handles, [&](const std::pair<ChunkHandle, std::size_t>& h) {
+        return backend_.release_chunk(h.first) == Status::ok;
+      });
+  }
   std::erase_if(job.evictions, [&](Zombie& z) { return retire(z, true); });
 }
 
@@ -59,11 +117,28 @@ void Lake::commit(WorkerJob& job) {
     --chunks_[c].pins;
   }
   for (Zombie& z : plan.range.leftover) zombies_.push_back(std::move(z));
+  const bool reserve = !plan.create_sizes.empty();
+  if (reserve) {
+    creating_bytes_ = 0;
+    for (auto [handle, size] : plan.handles) {
+      const ChunkId id = adopt_chunk(handle, size);
+      if (plan.status != Status::ok) continue;  // an unreleasable leftover: a plain free chunk
+      chunks_[id].reserve = true;
+      gauge(stats_.reserve_bytes, static_cast<std::int64_t>(size));
+      plan.ids.push_back(id);
+    }
+  }
   if (plan.status != Status::ok) {
     ++stats_.worker_failures.current;
     return;
   }
-  register_segment(std::move(plan.ids), std::move(plan.range), /*stitched=*/true);
+  const SegmentId s = register_segment(std::move(plan.ids), std::move(plan.range), !reserve);
+  if (reserve) {
+    segments_[s].reserve = true;
+    reserve_segments_.push_back(s);
+    return;
+  }
+  segments_[s].prepared = true;
   ++stats_.worker_stitches.current;
 }
 

@@ -37,6 +37,7 @@ struct LakeOptions {
   double stitch_cache_ratio = 4.0;
   bool defer_eviction = false;  // a worker unmaps ranges over the budget
   std::size_t max_stitch_chunks = 4096;
+  std::size_t reserve = 0;  // free chunks the worker creates ahead of demand
 };
 
 struct LakeResult {
@@ -91,6 +92,9 @@ class Lake {
   struct StitchPlan {
     std::vector<ChunkId> ids;
     std::vector<std::pair<ChunkHandle, std::size_t>> handles;
+    // Reserve top-up: chunks of these sizes are created by execute() (and
+    // released again there if the job fails); commit() adopts them.
+    std::vector<std::size_t> create_sizes;
     Status status = Status::ok;
     struct Range {
       DevicePtr va = 0;
@@ -109,6 +113,8 @@ class Lake {
   // mapped than the cache budget allows: a job would help.
   bool wants_work() const;
   bool wants_consolidation() const;
+  bool wants_reserve() const;
+  std::size_t consolidation_bytes() const;
   bool over_budget() const;
   // Consolidation picks the free chunks to map into one range and pins them;
   // eviction detaches ranges over the budget.
@@ -126,6 +132,9 @@ class Lake {
   SegmentId find_idle_segment(std::size_t bytes) const;
   bool find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
   LakeResult try_continuation(std::size_t size, bool extend);
+  LakeResult try_run_between_pieces(std::size_t size);
+  LakeResult take_reserve_run(std::size_t bytes, std::size_t size);
+  bool excluded_from(ChunkId c, SegmentId s) const;
   bool extend_segment(SegmentId s, std::vector<ChunkId> ids);
   void remember_tail(SegmentId s, std::size_t last_chunk_index);
   Piece* find_fragment(std::size_t size) const;
@@ -136,6 +145,7 @@ class Lake {
   bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
                           SegmentId exclude = kNone) const;
   std::size_t slack_for(std::size_t bytes) const;
+  std::vector<std::size_t> chunk_sizes_for(std::size_t bytes) const;
 
   // segments.cpp
   using MappedRange = StitchPlan::Range;
@@ -151,8 +161,11 @@ class Lake {
   bool retire_zombies();
   void enforce_cache_budget(SegmentId keep);
   ChunkId create_chunk(std::size_t size);  // kNone on OOM
+  ChunkId adopt_chunk(ChunkHandle handle, std::size_t size);
   void release_chunk(ChunkId c);
   void claim(ChunkId c, SegmentId s, std::size_t offset_in_segment);
+  void dissolve_reserve(SegmentId s);
+  bool find_reserve_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
   void unclaim(ChunkId c);
   void touch(SegmentId s);
   // Free-run index upkeep (segments.cpp).
@@ -170,13 +183,8 @@ class Lake {
   void fragment_insert(Piece* p);
   void fragment_erase(Piece* p);
   DevicePtr piece_address(const Piece* p) const;
-  // Places a block at chunk slot `start` of segment `s`; the slots covering
-  // it must hold free chunks.
-  DevicePtr place_on_segment(SegmentId s, std::size_t size, std::size_t requested,
-                             std::uint32_t start = 0);
+  DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
-  DevicePtr place_continuation(SegmentId s, std::uint32_t chunk_index, Piece* tail,
-                               std::size_t size);
   void record(DevicePtr ptr, const Allocation& a);
 
   void gauge(StatValue& v, std::int64_t delta);
@@ -224,6 +232,11 @@ class Lake {
   std::uint64_t clock_ = 0;
   bool allow_new_ = true;       // for the allocate() call in progress
   bool stitch_demand_ = false;  // a request stitched since the last consolidation
+  std::size_t demand_target_ = 0;  // the largest large request since the last reclaim
+  std::size_t freed_since_consolidation_ = 0;  // chunk bytes that came free
+  bool large_since_consolidation_ = false;     // a request near the target came
+  std::size_t creating_bytes_ = 0;             // a reserve job's chunks in the making
+  std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

@@ -75,26 +75,48 @@ void Lake::record(DevicePtr ptr, const Allocation& a) {
   allocated_bytes_ += a.size;
 }
 
-// Places an allocation at the base of segment `s`, whose chunks covering
-// [0, size) must all be free: it claims them and carves the leading piece of
-// each. The tail of the last chunk becomes a fragment.
-DevicePtr Lake::place_on_segment(SegmentId s, std::size_t size, std::size_t requested,
-                                 std::uint32_t start) {
+// Places a block on segment `s` from chunk slot `first` on. With `tail` (the
+// free last piece of that slot's chunk, owned by `s`) the block starts inside
+// it, continuing the block before; otherwise it starts at the slot's chunk.
+// The slots it runs over must hold free chunks, except that the last may be a
+// chunk `s` owns whose leading piece is free and covers the rest (a block
+// freed while small blocks still sit in its tail comes back to its place).
+// The tail of the last chunk becomes a fragment.
+DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size) {
   Segment& seg = segments_[s];
-  Allocation a{s, start, 0, nullptr, size, requested};
-  std::size_t covered = 0;
-  for (std::size_t i = start; i < seg.chunks.size() && covered < size; ++i) {
-    ChunkId c = seg.chunks[i];
-    claim(c, s, seg.offsets[i]);
-    Chunk& chunk = chunks_[c];
-    Piece* p = carve(chunk.pieces, std::min(chunk.size, size - covered));
-    if (a.chunk_count++ == 0) a.piece = p;
-    covered += chunk.size;
+  if (seg.prepared) {
+    seg.prepared = false;
+    ++stats_.prestitch_hits.current;
   }
-  assert(covered >= size);
-  remember_tail(s, start + a.chunk_count - 1);
+  Allocation a{s, first, 0, nullptr, size, size};
+  std::size_t covered = 0;
+  DevicePtr ptr = seg.va + seg.offsets[first];
+  std::size_t i = first;
+  if (tail) {
+    fragment_erase(tail);
+    ptr = piece_address(tail);
+    covered = tail->size;
+    a.piece = carve(tail, std::min(tail->size, size));
+    a.chunk_count = 1;
+    ++i;
+  }
+  for (; covered < size; ++i) {
+    assert(i < seg.chunks.size());
+    const ChunkId c = seg.chunks[i];
+    Chunk& chunk = chunks_[c];
+    const std::size_t take = std::min(chunk.size, size - covered);
+    if (chunk.owner == kNone) {
+      claim(c, s, seg.offsets[i]);
+    } else {
+      assert(chunk.owner == s && !chunk.pieces->allocated && chunk.pieces->size >= take);
+      fragment_erase(chunk.pieces);
+    }
+    Piece* p = carve(chunk.pieces, take);
+    if (a.chunk_count++ == 0) a.piece = p;
+    covered += take;
+  }
+  remember_tail(s, a.first_chunk + a.chunk_count - 1);
   touch(s);
-  const DevicePtr ptr = seg.va + seg.offsets[start];
   record(ptr, a);
   return ptr;
 }
@@ -109,30 +131,6 @@ DevicePtr Lake::place_on_piece(Piece* fragment, std::size_t size, std::size_t re
   while (seg.chunks[index] != p->chunk) ++index;
   DevicePtr ptr = piece_address(p);
   record(ptr, Allocation{s, index, 1, p, size, requested});
-  return ptr;
-}
-
-// Places a block that starts in `tail` (the free last piece of chunk
-// `chunk_index` of segment `s`, owned by `s`) and runs on into the following
-// chunks, which must be free.
-DevicePtr Lake::place_continuation(SegmentId s, std::uint32_t chunk_index, Piece* tail,
-                                   std::size_t size) {
-  fragment_erase(tail);
-  const DevicePtr ptr = piece_address(tail);
-  Allocation a{s, chunk_index, 1, nullptr, size, size};
-  std::size_t covered = tail->size;
-  a.piece = carve(tail, tail->size);
-  const Segment& seg = segments_[s];
-  for (std::size_t i = chunk_index + 1; covered < size; ++i) {
-    ChunkId c = seg.chunks[i];
-    claim(c, s, seg.offsets[i]);
-    carve(chunks_[c].pieces, std::min(chunks_[c].size, size - covered));
-    covered += chunks_[c].size;
-    ++a.chunk_count;
-  }
-  remember_tail(s, a.first_chunk + a.chunk_count - 1);
-  touch(s);
-  record(ptr, a);
   return ptr;
 }
 

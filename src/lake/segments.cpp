@@ -24,11 +24,16 @@ void Lake::backend_failure(const char* what, Status s, const std::string& cause)
 }
 
 ChunkId Lake::create_chunk(std::size_t size) {
-  if (reserved_bytes_ + size > options_.capacity) return kNone;
+  if (reserved_bytes_ + creating_bytes_ + size > options_.capacity) return kNone;
   ChunkHandle handle = 0;
   Status s = backend_.create_chunk(size, &handle);
   if (s == Status::out_of_memory) return kNone;
   if (s != Status::ok) backend_failure("create_chunk", s);
+  return adopt_chunk(handle, size);
+}
+
+// Enters a handle the backend created into the lake as a free chunk.
+ChunkId Lake::adopt_chunk(ChunkHandle handle, std::size_t size) {
   ChunkId id;
   if (!free_chunk_slots_.empty()) {
     id = free_chunk_slots_.back();
@@ -57,6 +62,7 @@ void Lake::release_chunk(ChunkId id) {
   assert(c.owner == kNone && c.mapped_in.empty() && c.pins == 0);
   Status s = backend_.release_chunk(c.handle);
   if (s != Status::ok) backend_failure("release_chunk", s);
+  if (c.reserve) gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
   free_chunks_.erase({c.size, id});
   free_chunk_bytes_ -= c.size;
   reserved_bytes_ -= c.size;
@@ -263,6 +269,8 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
   }
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });
+  if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
+  if (seg.reserve) std::erase(reserve_segments_, id);
   segment_at_.erase(seg.va);
   mapped_bytes_ -= seg.size;
   gauge(stats_.mapped_bytes, -static_cast<std::int64_t>(seg.size));
@@ -357,6 +365,11 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   assert(c.owner == kNone && c.live == 0 && c.pieces == nullptr);
   free_chunks_.erase({c.size, id});
   free_chunk_bytes_ -= c.size;
+  if (c.reserve) {
+    c.reserve = false;
+    gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
+  }
+  if (segments_[s].reserve) dissolve_reserve(s);
   c.owner = s;
   c.owner_offset = offset_in_segment;
   c.pieces = new Piece{0, c.size, id, false, nullptr, nullptr};
@@ -378,6 +391,7 @@ void Lake::unclaim(ChunkId id) {
   c.owner = kNone;
   free_chunks_.emplace(c.size, id);
   free_chunk_bytes_ += c.size;
+  freed_since_consolidation_ += c.size;
   for (Mapping m : c.mapped_in) {
     if (--segments_[m.segment].busy == 0) idle_insert(m.segment);
     slot_freed(m.segment, m.index);
@@ -433,6 +447,20 @@ void Lake::slot_claimed(SegmentId s, std::uint32_t index) {
   run_erase(s, it);
   if (index > start) run_insert(s, start, index - start);
   if (index + 1 < start + count) run_insert(s, index + 1, start + count - index - 1);
+}
+
+// A request took new memory from a reserve range: the range is ordinary
+// memory from now on, and the worker makes another reserve.
+void Lake::dissolve_reserve(SegmentId s) {
+  Segment& seg = segments_[s];
+  seg.reserve = false;
+  std::erase(reserve_segments_, s);
+  for (ChunkId id : seg.chunks) {
+    Chunk& c = chunks_[id];
+    if (!c.reserve) continue;
+    c.reserve = false;
+    gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
+  }
 }
 
 // Called on placement, while the segment owns chunks (so it is in no LRU set).

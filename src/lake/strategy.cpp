@@ -30,9 +30,10 @@ std::size_t Lake::slack_for(std::size_t bytes) const {
 }
 
 SegmentId Lake::find_idle_segment(std::size_t bytes) const {
-  auto it = idle_by_size_.lower_bound({bytes, 0});
-  if (it == idle_by_size_.end() || it->first > bytes + slack_for(bytes)) return kNone;
-  return it->second;
+  for (auto it = idle_by_size_.lower_bound({bytes, 0});
+       it != idle_by_size_.end() && it->first <= bytes + slack_for(bytes); ++it)
+    if (!segments_[it->second].reserve) return it->second;
+  return kNone;
 }
 
 Piece* Lake::find_fragment(std::size_t size) const {
@@ -53,30 +54,35 @@ LakeResult Lake::allocate_small(std::size_t size) {
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
-    return {place_on_segment(run_segment, size, size, run_start), AllocPath::split, size};
+    return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
+  if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
-  return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+  return {place_span(s, 0, nullptr, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
 }
 
 LakeResult Lake::allocate_large(std::size_t size) {
   const std::size_t bytes = round_up(size, options_.granularity);
+  demand_target_ = std::max(demand_target_, bytes);
+  if (bytes * 2 >= demand_target_) large_since_consolidation_ = true;
   if (SegmentId s = find_idle_segment(bytes); s != kNone)
-    return {place_on_segment(s, size, size), AllocPath::exact, size};
+    return {place_span(s, 0, nullptr, size), AllocPath::exact, size};
   if (LakeResult r = try_continuation(size, /*extend=*/false); r.ptr) return r;
   if (Piece* f = find_fragment(size))
     return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
             size};
+  if (LakeResult r = try_run_between_pieces(size); r.ptr) return r;
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
-    return {place_on_segment(run_segment, size, size, run_start), AllocPath::split, size};
+    return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
   if (LakeResult r = try_continuation(size, /*extend=*/true); r.ptr) return r;
+  if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
-  return {place_on_segment(s, size, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+  return {place_span(s, 0, nullptr, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
 }
 
 // The smallest run of free chunks inside a mapped segment that holds
@@ -84,11 +90,70 @@ LakeResult Lake::allocate_large(std::size_t size) {
 // Training repeats its order of requests, so the layout of the last step is
 // usually right for this one, and nothing needs mapping.
 bool Lake::find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const {
-  auto it = free_runs_.lower_bound({bytes, 0, 0});
-  if (it == free_runs_.end()) return false;
-  *s = it->segment;
-  *start = it->start;
-  return true;
+  for (auto it = free_runs_.lower_bound({bytes, 0, 0}); it != free_runs_.end(); ++it) {
+    if (segments_[it->segment].reserve) continue;  // the last resort, see find_reserve_run
+    *s = it->segment;
+    *start = it->start;
+    return true;
+  }
+  return false;
+}
+
+// A run of the worker's reserve that holds `bytes`: taken only where the
+// lake would otherwise create memory.
+bool Lake::find_reserve_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const {
+  for (SegmentId r : reserve_segments_) {
+    const Segment& seg = segments_[r];
+    for (auto [first, count] : seg.runs) {
+      if (run_bytes(seg, first, count) < bytes) continue;
+      *s = r;
+      *start = first;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A run of free chunks too short for the block by less than two chunks, with
+// free pieces on either side in chunks of the same segment that still hold
+// small blocks: the run and those pieces together. This is where a large
+// block freed while small ones kept its tail chunk busy comes back to, so a
+// repeated request maps nothing.
+LakeResult Lake::try_run_between_pieces(std::size_t size) {
+  constexpr int kMaxCandidates = 32;  // bounds the scan of near-miss runs
+  const std::size_t widest = 2 * std::max(options_.max_chunk, options_.small_max);
+  const std::size_t bytes = round_up(size, options_.granularity);
+  auto it = free_runs_.lower_bound({size > widest ? size - widest : 0, 0, 0});
+  for (int n = 0; n < kMaxCandidates && it != free_runs_.end() && it->bytes < bytes; ++it, ++n) {
+    const SegmentId s = it->segment;
+    const Segment& seg = segments_[s];
+    if (seg.reserve) continue;
+    const std::uint32_t start = it->start;
+    const std::uint32_t end = start + seg.runs.at(start);
+    Piece* tail = nullptr;
+    if (start > 0 && chunks_[seg.chunks[start - 1]].owner == s) {
+      Piece* last = chunks_[seg.chunks[start - 1]].pieces;
+      while (last->next) last = last->next;
+      if (!last->allocated) tail = last;
+    }
+    std::size_t head = 0;
+    if (end < seg.chunks.size() && chunks_[seg.chunks[end]].owner == s &&
+        !chunks_[seg.chunks[end]].pieces->allocated)
+      head = chunks_[seg.chunks[end]].pieces->size;
+    if (it->bytes + head >= size) return {place_span(s, start, nullptr, size), AllocPath::split, size};
+    if (tail && tail->size + it->bytes + head >= size)
+      return {place_span(s, start - 1, tail, size), AllocPath::split, size};
+  }
+  return {};
+}
+
+// Where new memory would be made: the worker's reserve, mapped already.
+LakeResult Lake::take_reserve_run(std::size_t bytes, std::size_t size) {
+  SegmentId s;
+  std::uint32_t start;
+  if (!allow_new_ || !find_reserve_run(bytes, &s, &start)) return {};
+  ++stats_.reserve_hits.current;
+  return {place_span(s, start, nullptr, size), AllocPath::fresh, size};
 }
 
 // A large block may start in the free tail of a recent block's last chunk
@@ -112,7 +177,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     std::size_t j = i + 1;
     while (avail < size && j < seg.chunks.size() && chunks_[seg.chunks[j]].owner == kNone)
       avail += chunks_[seg.chunks[j++]].size;
-    if (avail >= size) return {place_continuation(s, i, last, size), AllocPath::split, size};
+    if (avail >= size) return {place_span(s, i, last, size), AllocPath::split, size};
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.sealed || seg.size + need > seg.va_size) continue;
@@ -127,14 +192,21 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     chosen.clear();
     if (!gather_chunks(need, &chosen, &created, s)) return {};
     const bool stitched = chosen.size() > created.size();
+    if (stitched) ++stats_.prestitch_misses.current;
     if (!extend_segment(s, chosen)) {
       for (ChunkId made : created) release_chunk(made);
       return {};
     }
-    return {place_continuation(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh,
+    return {place_span(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh,
             size};
   }
   return {};
+}
+
+// Whether chunk `c` is mapped in segment `s` (kNone: no segment).
+bool Lake::excluded_from(ChunkId c, SegmentId s) const {
+  const auto& m = chunks_[c].mapped_in;
+  return s != kNone && std::any_of(m.begin(), m.end(), [&](Mapping x) { return x.segment == s; });
 }
 
 // Picks free chunks for `bytes`, largest that still fits first, so few
@@ -143,11 +215,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
 // the deficit).
 bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
                               SegmentId exclude) const {
-  auto excluded = [&](ChunkId c) {
-    const auto& m = chunks_[c].mapped_in;
-    return exclude != kNone &&
-           std::any_of(m.begin(), m.end(), [&](Mapping x) { return x.segment == exclude; });
-  };
+  auto excluded = [&](ChunkId c) { return excluded_from(c, exclude); };
   std::size_t remaining = bytes;
   // Walk down from the largest chunk that fits; everything at or above `it`
   // has been looked at.
@@ -160,7 +228,7 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
       if (*fits < *it) it = fits;  // skip the ones now too large
       continue;
     }
-    if (excluded(it->second)) continue;
+    if (excluded(it->second) || chunks_[it->second].reserve) continue;
     chosen->push_back(it->second);
     remaining -= it->first;
   }
@@ -169,13 +237,29 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
     for (auto it = free_chunks_.lower_bound({remaining, 0});
          it != free_chunks_.end() && it->first <= remaining + slack_for(bytes); ++it) {
       if (std::find(chosen->begin(), chosen->end(), it->second) != chosen->end() ||
-          excluded(it->second))
+          excluded(it->second) || chunks_[it->second].reserve)
         continue;
       chosen->push_back(it->second);
       return true;
     }
   }
   return false;
+}
+
+// How `bytes` of new memory is cut into chunks: parts of max_chunk, and the
+// last granule on its own, since it usually holds the block's tail, which
+// small requests will share: sharing then pins one granule, not the body.
+std::vector<std::size_t> Lake::chunk_sizes_for(std::size_t bytes) const {
+  const std::size_t g = options_.granularity;
+  std::vector<std::size_t> sizes;
+  if (bytes <= g) return {bytes};
+  for (std::size_t body = bytes - g; body > 0;) {
+    const std::size_t part = std::min(body, std::max(options_.max_chunk / g * g, g));
+    sizes.push_back(part);
+    body -= part;
+  }
+  sizes.push_back(g);
+  return sizes;
 }
 
 // Free chunks for `bytes`, plus new chunks for whatever they do not cover
@@ -188,23 +272,22 @@ bool Lake::gather_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
     if (!allow_new_) return false;
     std::size_t have = 0;
     for (ChunkId c : *chosen) have += chunks_[c].size;
-    std::size_t deficit = bytes - have;
-    // The last granule usually holds the block's tail, which small requests
-    // will share: give it its own chunk so that sharing pins one granule, not
-    // the whole body.
-    const std::size_t g = options_.granularity;
-    std::vector<std::size_t> sizes;
-    if (deficit > g) {
-      for (std::size_t body = deficit - g; body > 0;) {
-        std::size_t part = std::min(body, std::max(options_.max_chunk / g * g, g));
-        sizes.push_back(part);
-        body -= part;
-      }
-      sizes.push_back(g);
-    } else {
-      sizes.push_back(deficit);
+    // New memory: the worker's reserve first (created already), then the
+    // backend for what it does not cover.
+    const std::size_t before = chosen->size();
+    for (auto it = free_chunks_.rbegin(); it != free_chunks_.rend() && have < bytes; ++it) {
+      if (!chunks_[it->second].reserve || excluded_from(it->second, exclude)) continue;
+      chosen->push_back(it->second);
+      have += it->first;
     }
-    for (std::size_t sz : sizes) {
+    if (chosen->size() > before) ++stats_.reserve_hits.current;
+    if (have >= bytes) {
+      std::stable_sort(chosen->begin(), chosen->end(),
+                       [&](ChunkId a, ChunkId b) { return chunks_[a].size > chunks_[b].size; });
+      return true;
+    }
+    ++stats_.reserve_misses.current;
+    for (std::size_t sz : chunk_sizes_for(bytes - have)) {
       ChunkId c = create_chunk(sz);
       if (c == kNone) {
         for (ChunkId made : *created) release_chunk(made);
@@ -224,7 +307,10 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool* stitched) {
   std::vector<ChunkId> chosen, created;
   if (!gather_chunks(bytes, &chosen, &created)) return kNone;
   *stitched = chosen.size() > created.size();
-  if (*stitched) stitch_demand_ = true;
+  if (*stitched) {
+    stitch_demand_ = true;
+    ++stats_.prestitch_misses.current;
+  }
   SegmentId s = map_segment(std::move(chosen), *stitched);
   if (s == kNone) {
     for (ChunkId made : created) release_chunk(made);

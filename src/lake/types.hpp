@@ -70,6 +70,7 @@ struct Chunk {
   std::vector<Mapping> mapped_in;
   std::uint32_t pins = 0;  // worker jobs mapping it without the lock: not to be released
   bool in_use = false;     // slot holds a chunk
+  bool reserve = false;    // created by the worker ahead of demand, not yet taken
 };
 
 struct Segment {
@@ -85,6 +86,8 @@ struct Segment {
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   bool stitched = false;
+  bool prepared = false;  // stitched by the worker and not yet used
+  bool reserve = false;   // the worker's reserve: used only where new memory would be made
   bool sealed = false;  // its room past the end is not clean: never extend it
   bool in_use = false;  // slot holds a mapped segment
   std::uint64_t last_used = 0;

@@ -29,12 +29,12 @@ const std::vector<std::string> kKeys = {"backend",           "device",
                                         "fit_slack",         "stitch_cache_ratio",
                                         "max_stitch_chunks", "cross_stream_wait",
                                         "free_batch",        "worker",
-                                        "on_misuse"};
+                                        "reserve",           "on_misuse"};
 
 const std::string kKnown =
     "backend, device, capacity, capacity_fraction, host_granularity, host_simulate_latency, "
     "small_max, max_chunk, fit_slack, stitch_cache_ratio, max_stitch_chunks, cross_stream_wait, "
-    "free_batch, worker, on_misuse";
+    "free_batch, worker, reserve, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)

@@ -24,9 +24,10 @@ struct Rig {
   HostBackend* host = nullptr;
   FaultBackend* fault = nullptr;
   std::unique_ptr<Allocator> alloc;
-  explicit Rig(WorkerMode mode) {
+  explicit Rig(WorkerMode mode, std::size_t reserve = 0) {
     Config c;
     c.worker = mode;
+    c.reserve = reserve;
     c.max_chunk = 2 * MiB;
     c.capacity = 256 * MiB;
     HostBackendOptions o;
@@ -56,12 +57,15 @@ TEST(Worker, StitchesScatteredFreeChunksSoTheNextRequestMapsNothing) {
   void* first = a.allocate(8 * MiB);  // must stitch: no run holds 8 MiB
   const Stats s1 = a.stats();
   EXPECT_EQ(s1.path_stitch.current - s0.path_stitch.current, 1);
+  EXPECT_EQ(s1.prestitch_misses.current - s0.prestitch_misses.current, 1);
   EXPECT_EQ(s1.worker_stitches.current - s0.worker_stitches.current, 1);
   EXPECT_GT(s1.worker_vmm_calls.current, s0.worker_vmm_calls.current);
   // The twelve chunks left are now one run: 16 MiB needs no mapping here.
   void* second = a.allocate(16 * MiB);
   const Stats s2 = a.stats();
   EXPECT_EQ(s2.critical_path_vmm_calls.current, s1.critical_path_vmm_calls.current);
+  EXPECT_EQ(s2.prestitch_hits.current - s1.prestitch_hits.current, 1);
+  EXPECT_EQ(s2.prestitch_misses.current, s1.prestitch_misses.current);
   EXPECT_EQ(s2.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
   std::memset(second, 0x5C, 16 * MiB);
   std::memset(first, 0x3A, 8 * MiB);
@@ -120,6 +124,69 @@ TEST(Worker, AFailingJobLeavesTheLakeAsItWas) {
   EXPECT_EQ(rig.host->live_chunks(), 0u) << "a chunk pinned by the failed job was not released";
   EXPECT_EQ(rig.host->mapped_ranges(), 0u);
   EXPECT_EQ(rig.host->reserved_ranges(), 0u);
+}
+
+// With a reserve, a request that needs new memory finds it created and
+// mapped by the worker: no VMM call on the allocating thread. The reserve is
+// made again at the next synchronization point and never exceeds its budget.
+TEST(Worker, ReserveServesNewMemoryWithoutMappingOnTheCaller) {
+  Rig rig(WorkerMode::inline_jobs, 16 * MiB);
+  Allocator& a = *rig.alloc;
+  void* p = a.allocate(12 * MiB);  // its sync point makes the reserve first
+  const Stats s1 = a.stats();
+  EXPECT_EQ(s1.critical_path_vmm_calls.current, 0);
+  EXPECT_EQ(s1.reserve_hits.current, 1);
+  EXPECT_EQ(s1.reserve_misses.current, 0);
+  EXPECT_EQ(s1.reserved_bytes.current, static_cast<std::int64_t>(16 * MiB));
+  EXPECT_EQ(s1.reserve_bytes.current, 0) << "the range it came from is ordinary memory now";
+  std::memset(p, 0x6B, 12 * MiB);
+  void* q = a.allocate(16 * MiB);  // more than the 4 MiB free: the new reserve holds it
+  const Stats s2 = a.stats();
+  EXPECT_EQ(s2.critical_path_vmm_calls.current, 0);
+  EXPECT_EQ(s2.reserve_hits.current, 2);
+  std::memset(q, 0x6C, 16 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[12 * MiB - 1], 0x6B);
+  a.deallocate(p, 12 * MiB);
+  a.deallocate(q, 16 * MiB);
+  std::mt19937 rng(11);
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (int i = 0; i < 2000; ++i) {
+    if (live.size() < 12 && (live.empty() || rng() % 2)) {
+      const std::size_t size = 1 + rng() % (10 * MiB);
+      live.emplace_back(a.allocate(size), size);
+    } else {
+      const std::size_t k = rng() % live.size();
+      a.deallocate(live[k].first, live[k].second);
+      live.erase(live.begin() + static_cast<long>(k));
+    }
+  }
+  const Stats s3 = a.stats();
+  EXPECT_LE(s3.reserve_bytes.peak, static_cast<std::int64_t>(16 * MiB));
+  EXPECT_GT(s3.reserve_hits.current, 2);
+  for (auto [ptr, n] : live) a.deallocate(ptr, n);
+  EXPECT_EQ(a.check_invariants(), "");
+  a.empty_cache();
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
+}
+
+TEST(Worker, AFailingReserveJobLeaksNothing) {
+  Rig rig(WorkerMode::inline_jobs, 16 * MiB);
+  Allocator& a = *rig.alloc;
+  rig.fault->fail_nth(VmmOp::create, 3);  // the job's third chunk
+  void* p = a.allocate(4 * MiB);
+  const Stats s = a.stats();
+  EXPECT_EQ(s.worker_failures.current, 1);
+  EXPECT_EQ(s.reserve_bytes.current, 0);
+  EXPECT_EQ(s.reserve_misses.current, 1) << "the request made its own memory";
+  EXPECT_EQ(rig.host->live_chunks(), static_cast<std::size_t>(s.chunks.current))
+      << "the chunks the job made before the fault were released";
+  EXPECT_EQ(a.check_invariants(), "");
+  rig.fault->clear();
+  std::memset(p, 2, 4 * MiB);
+  a.deallocate(p, 4 * MiB);
+  a.empty_cache();
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
+  EXPECT_EQ(rig.host->mapped_ranges(), 0u);
 }
 
 TEST(Worker, ThreadDoesTheJobOffTheAllocatingThread) {

@@ -85,6 +85,36 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
   EXPECT_INVARIANTS(*a);
 }
 
+// A large block freed while a small block still sits in the tail of its last
+// chunk: the next request of its size goes back to the same place (the free
+// chunks plus the free head of that chunk), mapping and creating nothing,
+// and the small block's bytes are untouched.
+TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  c.worker = WorkerMode::off;
+  auto a = make(64 * MiB, c);
+  const std::size_t size = 7 * MiB - 4096;
+  void* big = a->allocate(size);
+  void* small = a->allocate(4096);
+  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(big) + size) << "small shares the tail";
+  platform_->fill(small, 4096, 77);
+  a->deallocate(big, size);
+  settle(*a);
+  const Stats before = a->stats();
+  void* again = a->allocate(size);
+  const Stats after = a->stats();
+  EXPECT_EQ(again, big);
+  EXPECT_EQ(after.vmm_calls.current, before.vmm_calls.current);
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current);
+  platform_->fill(again, size, 78);
+  EXPECT_TRUE(platform_->check(again, size, 78));
+  EXPECT_TRUE(platform_->check(small, 4096, 77));
+  a->deallocate(again, size);
+  a->deallocate(small, 4096);
+  EXPECT_INVARIANTS(*a);
+}
+
 TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
