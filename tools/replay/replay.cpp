@@ -130,8 +130,15 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
 
   const Clock::time_point start = Clock::now();
   std::size_t i = 0;
+  std::int64_t critical_at_tenth = 0;
+  auto close_tenth = [&] {
+    const std::int64_t now = alloc.stats().critical_path_vmm_calls.current;
+    r.critical_path_by_tenth.push_back(now - critical_at_tenth);
+    critical_at_tenth = now;
+  };
   for (; i < n; ++i) {
     if (i == warm) r.warmup = alloc.stats();
+    if (i > 0 && i * 10 / n != (i - 1) * 10 / n) close_tenth();
     const Event& e = t.events[i];
     if (e.op == TraceOp::alloc) {
       void* p = nullptr;
@@ -179,6 +186,7 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
     bar.tick(i);
   }
   r.seconds = seconds_since(start);
+  if (n > 0) close_tenth();
   r.events_replayed = i;
   r.stats = alloc.stats();
   if (!r.warmup && i == warm) r.warmup = r.stats;

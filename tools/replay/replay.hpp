@@ -72,6 +72,9 @@ struct MemlakeResult {
   Stats stats;                  // after the last event replayed
   std::optional<Stats> warmup;  // after the first warmup_fraction of the events
   std::size_t warmup_events = 0;
+  // Critical-path VMM calls in each tenth of the events: where they happen
+  // (a new phase of the training run, or its steady state).
+  std::vector<std::int64_t> critical_path_by_tenth;
   Percentiles alloc_ns, free_ns, all_ns;
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket

@@ -255,6 +255,19 @@ void print_table(std::FILE* out, const TraceReport& r) {
              " on the critical path, " +
              (warm >= 0 ? count(static_cast<std::uint64_t>(warm)) : std::string("n/a")) +
              " of them after warm-up (the first " + count(m.warmup_events) + " events)");
+    std::string tenths;
+    for (std::int64_t c : m.critical_path_by_tenth) {
+      if (!tenths.empty()) tenths += ' ';
+      tenths += count(static_cast<std::uint64_t>(c));
+    }
+    line(out, "  by tenth", tenths + " (critical-path VMM calls in each tenth of the events)");
+    line(out, "worker",
+         count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
+             " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
+             ", misses " + count(s.prestitch_misses.current) + ", wasted " +
+             mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) +
+             "; reserve hits " + count(s.reserve_hits.current) + ", misses " +
+             count(s.reserve_misses.current));
     line(out, "paths",
          "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
              count(s.path_exact.current) + ", split " + count(s.path_split.current) + ", stitch " +
@@ -336,6 +349,12 @@ std::string json_line(const TraceReport& r) {
     j.key("critical_path_vmm_calls_after_warmup");
     warm >= 0 ? j.i(warm) : j.null();
     j.key("warmup_events").u(m.warmup_events);
+    std::string tenths;
+    for (std::int64_t c : m.critical_path_by_tenth) {
+      if (!tenths.empty()) tenths += ',';
+      tenths += std::to_string(c);
+    }
+    j.key("critical_path_vmm_calls_by_tenth").raw("[" + tenths + "]");
     j.key("stitches").i(s.stitches.current).key("ooms").i(s.ooms.current);
     Json paths;
     paths.key("stream_cache").i(s.path_stream_cache.current).key("exact").i(s.path_exact.current);
