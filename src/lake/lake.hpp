@@ -172,8 +172,9 @@ class Lake {
   std::size_t run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const;
   void run_insert(SegmentId s, std::uint32_t start, std::uint32_t count);
   void run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterator it);
-  void slot_freed(SegmentId s, std::uint32_t index);
-  void slot_claimed(SegmentId s, std::uint32_t index);
+  void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
+  void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
+  void flush_slots(bool freed);
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
 
@@ -237,6 +238,7 @@ class Lake {
   bool large_since_consolidation_ = false;     // a request near the target came
   std::size_t creating_bytes_ = 0;             // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
+  std::vector<Mapping> slots_changed_;  // claimed or freed, not yet in the run index
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

@@ -115,6 +115,7 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
     if (a.chunk_count++ == 0) a.piece = p;
     covered += take;
   }
+  flush_slots(/*freed=*/false);
   remember_tail(s, a.first_chunk + a.chunk_count - 1);
   touch(s);
   record(ptr, a);
@@ -149,15 +150,12 @@ void Lake::free(DevicePtr ptr) {
   Allocation a = it->second;
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
-  if (a.chunk_count == 1) {
-    free_piece(a.piece);
-    return;
-  }
   // Unclaiming chunks changes ownership only; the segment stays mapped.
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   free_piece(a.piece);
   for (std::uint32_t i = 1; i < a.chunk_count; ++i)
     free_piece(chunks_[ids[a.first_chunk + i]].pieces);
+  flush_slots(/*freed=*/true);
 }
 
 }  // namespace memlake::lake

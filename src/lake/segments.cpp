@@ -1,6 +1,7 @@
 // Chunks and segments: creating and releasing physical chunks, mapping them
 // into virtual ranges (one SetAccess per range), chunk ownership, the idle
 // segment cache and its budget.
+#include <algorithm>
 #include <cassert>
 #include <string>
 
@@ -161,7 +162,7 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
   }
   seg.chunks = std::move(ids);
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
-    if (chunks_[seg.chunks[i]].owner == kNone) slot_freed(id, i);
+    if (chunks_[seg.chunks[i]].owner == kNone) slots_freed(id, i, 1);
   }
   segment_at_.emplace(va, id);
   mapped_bytes_ += total;
@@ -231,7 +232,7 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
     offset += chunks_[c].size;
   }
   if (tail_count) run_insert(s, tail_start, tail_count);
-  for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slot_freed(s, i);
+  for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
   seg.stitched = true;
   mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
@@ -376,7 +377,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   if (segments_[s].owned++ == 0) unpinned_by_age_.erase({segments_[s].last_used, s});
   for (Mapping m : c.mapped_in) {
     if (segments_[m.segment].busy++ == 0) idle_erase(m.segment);
-    slot_claimed(m.segment, m.index);
+    slots_changed_.push_back(m);
   }
 }
 
@@ -394,7 +395,7 @@ void Lake::unclaim(ChunkId id) {
   freed_since_consolidation_ += c.size;
   for (Mapping m : c.mapped_in) {
     if (--segments_[m.segment].busy == 0) idle_insert(m.segment);
-    slot_freed(m.segment, m.index);
+    slots_changed_.push_back(m);
   }
 }
 
@@ -415,11 +416,12 @@ void Lake::run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterat
   seg.runs.erase(it);
 }
 
-// Slot `index` of segment `s` now holds a free chunk: join the runs beside it.
-void Lake::slot_freed(SegmentId s, std::uint32_t index) {
+// Slots [index, index + count) of segment `s` now hold free chunks: one run
+// with the runs beside them.
+void Lake::slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count) {
   Segment& seg = segments_[s];
-  std::uint32_t start = index, count = 1;
-  auto right = seg.runs.find(index + 1);
+  std::uint32_t start = index;
+  auto right = seg.runs.find(index + count);
   if (right != seg.runs.end()) {
     count += right->second;
     run_erase(s, right);
@@ -436,17 +438,19 @@ void Lake::slot_freed(SegmentId s, std::uint32_t index) {
   run_insert(s, start, count);
 }
 
-// Slot `index` of segment `s` now holds an owned chunk: split its run.
-void Lake::slot_claimed(SegmentId s, std::uint32_t index) {
+// Slots [index, index + count) of segment `s` now hold owned chunks: split
+// the run they were in.
+void Lake::slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count) {
   Segment& seg = segments_[s];
   auto it = seg.runs.upper_bound(index);
   assert(it != seg.runs.begin());
   --it;
-  const std::uint32_t start = it->first, count = it->second;
-  assert(index >= start && index < start + count);
+  const std::uint32_t start = it->first, length = it->second;
+  assert(index >= start && index + count <= start + length);
   run_erase(s, it);
   if (index > start) run_insert(s, start, index - start);
-  if (index + 1 < start + count) run_insert(s, index + 1, start + count - index - 1);
+  if (index + count < start + length)
+    run_insert(s, index + count, start + length - index - count);
 }
 
 // A request took new memory from a reserve range: the range is ordinary
@@ -461,6 +465,38 @@ void Lake::dissolve_reserve(SegmentId s) {
     c.reserve = false;
     gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
   }
+}
+
+// The run index catches up with the chunks claim() or unclaim() changed, in
+// one pass: a block's chunks are mostly consecutive slots in every segment
+// that maps them, so each stretch of slots costs one run split or merge
+// instead of one per chunk and mapping.
+void Lake::flush_slots(bool freed) {
+  struct Stretch {
+    SegmentId segment;
+    std::uint32_t start, count;
+  };
+  std::vector<Stretch> open;  // one per segment seen; a block touches few
+  auto close = [&](const Stretch& st) {
+    if (freed)
+      slots_freed(st.segment, st.start, st.count);
+    else
+      slots_claimed(st.segment, st.start, st.count);
+  };
+  for (Mapping m : slots_changed_) {
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Stretch& st) { return st.segment == m.segment; });
+    if (it == open.end()) {
+      open.push_back({m.segment, m.index, 1});
+    } else if (m.index == it->start + it->count) {
+      ++it->count;
+    } else {
+      close(*it);
+      *it = {m.segment, m.index, 1};
+    }
+  }
+  for (const Stretch& st : open) close(st);
+  slots_changed_.clear();
 }
 
 // Called on placement, while the segment owns chunks (so it is in no LRU set).

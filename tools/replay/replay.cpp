@@ -131,10 +131,14 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   const Clock::time_point start = Clock::now();
   std::size_t i = 0;
   std::int64_t critical_at_tenth = 0;
+  std::size_t allocs_at_tenth = 0;
   auto close_tenth = [&] {
     const std::int64_t now = alloc.stats().critical_path_vmm_calls.current;
     r.critical_path_by_tenth.push_back(now - critical_at_tenth);
     critical_at_tenth = now;
+    r.alloc_ns_by_tenth.push_back(percentiles(std::vector<std::uint32_t>(
+        alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_tenth), alloc_ns.end())));
+    allocs_at_tenth = alloc_ns.size();
   };
   for (; i < n; ++i) {
     if (i == warm) r.warmup = alloc.stats();

@@ -75,6 +75,7 @@ struct MemlakeResult {
   // Critical-path VMM calls in each tenth of the events: where they happen
   // (a new phase of the training run, or its steady state).
   std::vector<std::int64_t> critical_path_by_tenth;
+  std::vector<Percentiles> alloc_ns_by_tenth;
   Percentiles alloc_ns, free_ns, all_ns;
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket

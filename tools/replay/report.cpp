@@ -261,6 +261,13 @@ void print_table(std::FILE* out, const TraceReport& r) {
       tenths += count(static_cast<std::uint64_t>(c));
     }
     line(out, "  by tenth", tenths + " (critical-path VMM calls in each tenth of the events)");
+    std::string p99s;
+    for (const Percentiles& p : m.alloc_ns_by_tenth) {
+      if (!p99s.empty()) p99s += ' ';
+      p99s += count(p.p99);
+    }
+    if (!m.alloc_ns_by_tenth.empty())
+      line(out, "  by tenth", p99s + " (allocate p99 ns in each tenth)");
     line(out, "worker",
          count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
              " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
@@ -355,6 +362,12 @@ std::string json_line(const TraceReport& r) {
       tenths += std::to_string(c);
     }
     j.key("critical_path_vmm_calls_by_tenth").raw("[" + tenths + "]");
+    std::string p99s;
+    for (const Percentiles& p : m.alloc_ns_by_tenth) {
+      if (!p99s.empty()) p99s += ',';
+      p99s += std::to_string(p.p99);
+    }
+    j.key("alloc_ns_p99_by_tenth").raw("[" + p99s + "]");
     j.key("stitches").i(s.stitches.current).key("ooms").i(s.ooms.current);
     Json paths;
     paths.key("stream_cache").i(s.path_stream_cache.current).key("exact").i(s.path_exact.current);
