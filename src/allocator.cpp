@@ -17,6 +17,9 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 }
 
 constexpr std::size_t kMaxClosedBatches = 8;
+// A pending block taken under memory pressure is split when at least this
+// much of it would otherwise go unused.
+constexpr std::size_t kMinSplitRemainder = std::size_t{64} << 10;
 
 void gauge(StatValue& v, std::int64_t delta) {
   v.current += delta;
@@ -112,6 +115,18 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   if (config_.cross_stream_wait &&
       scheduler_.take_cross_stream(stream, size, reuse_limit(size), &b))
     return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
+  // Before new memory: a larger pending block, of this stream or handed
+  // over from another by a GPU-side wait, split so that what the request
+  // does not need is pending on this stream (reusable here at once, and by
+  // the others after this stream's next event).
+  if (config_.cross_stream_wait && scheduler_.take_smallest(stream, size, &b)) {
+    if (b.size >= size + kMinSplitRemainder) {
+      const DevicePtr rest = lake_.split(b.ptr, size);
+      scheduler_.defer({rest, b.size - size}, stream, {});
+      b.size = size;
+    }
+    return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
+  }
   r = lake_.allocate(bytes, /*allow_new=*/true);
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
   // Reclaim: unmap cached ranges and release unused chunks, then retry once.

@@ -60,6 +60,9 @@ class Lake {
   LakeResult allocate(std::size_t requested, bool allow_new = true);
   // The pointer must be a live allocation (see find()).
   void free(DevicePtr ptr);
+  // Cuts a live allocation after its first `keep` bytes (a multiple of
+  // kAlignment, less than its size) into two; returns the second's address.
+  DevicePtr split(DevicePtr ptr, std::size_t keep);
   const Allocation* find(DevicePtr ptr) const;
   // Why `ptr` is not a live allocation: "double free ...", "interior pointer
   // ...", or "unknown pointer ...".
@@ -180,6 +183,7 @@ class Lake {
 
   // pieces.cpp
   Piece* carve(Piece* free_piece, std::size_t size);
+  Piece* split_piece(Piece* allocated, std::size_t at);
   void free_piece(Piece* p);
   void fragment_insert(Piece* p);
   void fragment_erase(Piece* p);

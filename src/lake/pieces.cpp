@@ -42,6 +42,17 @@ Piece* Lake::carve(Piece* free_piece, std::size_t size) {
   return free_piece;
 }
 
+// Cuts an allocated piece at byte `at`: two allocated pieces; returns the second.
+Piece* Lake::split_piece(Piece* p, std::size_t at) {
+  assert(p->allocated && at > 0 && at < p->size);
+  auto* second = new Piece{p->offset + at, p->size - at, p->chunk, true, p, p->next};
+  if (p->next) p->next->prev = second;
+  p->next = second;
+  p->size = at;
+  ++chunks_[p->chunk].live;
+  return second;
+}
+
 void Lake::free_piece(Piece* p) {
   Chunk& c = chunks_[p->chunk];
   assert(p->allocated && c.live > 0);
@@ -142,6 +153,33 @@ void Lake::remember_tail(SegmentId s, std::size_t last_chunk_index) {
   if (last->allocated) return;
   if (recent_tails_.size() >= 16) recent_tails_.erase(recent_tails_.begin());
   recent_tails_.push_back(c);
+}
+
+DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
+  auto it = allocations_.find(ptr);
+  assert(it != allocations_.end() && keep > 0 && keep < it->second.size &&
+         keep % kAlignment == 0);
+  const Allocation a = it->second;
+  const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
+  // The piece holding byte `keep`, and where in it.
+  std::uint32_t j = 0;
+  std::size_t covered = 0;
+  Piece* p = a.piece;
+  while (covered + p->size <= keep) {
+    covered += p->size;
+    p = chunks_[ids[a.first_chunk + ++j]].pieces;
+  }
+  const std::size_t at = keep - covered;
+  Allocation kept = a, rest = a;
+  kept.chunk_count = at == 0 ? j : j + 1;
+  kept.size = kept.requested = keep;
+  rest.first_chunk = a.first_chunk + j;
+  rest.chunk_count = a.chunk_count - j;
+  rest.piece = at == 0 ? p : split_piece(p, at);
+  rest.size = rest.requested = a.size - keep;
+  it->second = kept;
+  allocations_.emplace(ptr + keep, rest);
+  return ptr + keep;
 }
 
 void Lake::free(DevicePtr ptr) {

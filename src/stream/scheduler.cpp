@@ -172,6 +172,31 @@ bool StreamScheduler::take_same_stream(StreamHandle stream, std::size_t min_size
   return true;
 }
 
+bool StreamScheduler::take_smallest(StreamHandle stream, std::size_t min_size, Block* out) {
+  StreamHandle best_stream = nullptr;
+  StreamState* best = nullptr;
+  std::multimap<std::size_t, Pending*>::iterator best_it;
+  for (auto& [other, st] : streams_) {
+    auto it = st.by_size.lower_bound(min_size);
+    if (it == st.by_size.end()) continue;
+    // The smallest fit; on a tie the caller's own stream (no wait needed).
+    if (best && (it->first > best_it->first || (it->first == best_it->first && other != stream)))
+      continue;
+    best_stream = other;
+    best = &st;
+    best_it = it;
+  }
+  if (!best) return false;
+  if (best_stream != stream) {
+    Pending* p = best_it->second;
+    if (p->batch_event == nullptr) close_batch(best_stream, *best);
+    if (backend_.stream_wait_event(stream, p->batch_event) != Status::ok) return false;
+    ++stats_.cross_stream_waits.current;
+  }
+  *out = take(best->by_size, best_it);
+  return true;
+}
+
 bool StreamScheduler::take_cross_stream(StreamHandle stream, std::size_t min_size,
                                         std::size_t max_size, Block* out) {
   for (auto& [other, st] : streams_) {

@@ -48,6 +48,11 @@ class StreamScheduler {
   bool take_cross_stream(StreamHandle stream, std::size_t min_size, std::size_t max_size,
                          Block* out);
 
+  // The smallest pending block of at least min_size on any stream (the
+  // caller's own first on a tie); one of another stream is handed over by a
+  // wait on its event. For memory pressure: the caller may split it.
+  bool take_smallest(StreamHandle stream, std::size_t min_size, Block* out);
+
   // Records an event for every stream's open batch.
   void close_open_batches();
   // Hands every block whose events have completed to `release`; returns the

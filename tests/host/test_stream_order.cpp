@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/host/host_backend.hpp"
@@ -108,6 +109,65 @@ TEST(StreamOrder, CrossStreamHandoverMakesTheNewStreamWait) {
   EXPECT_TRUE(check.saw_expected.load()) << "B's work ran before A's finished";
   EXPECT_EQ(static_cast<unsigned char*>(q)[64 * MiB - 1], 0x33);
   a->deallocate(q, 64 * MiB, sb);
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+// Under memory pressure a pending block larger than the request is taken
+// and split: the request gets its front (after a GPU-side wait when the block
+// is another stream's), the rest stays pending on the requesting stream, and
+// nothing new is created. Cuts inside a chunk and at a chunk boundary.
+TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
+  auto a = make(/*cross_stream_wait=*/true);
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  char* p = static_cast<char*>(a->allocate(64 * MiB, sa));
+  GatedWrite job;
+  job.block = p;
+  job.size = 64 * MiB;
+  job.tag = 0x5A;
+  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 64 * MiB, sa);
+  const Stats s0 = a->stats();
+  const std::size_t n1 = 24 * MiB + 4096, n2 = 30 * MiB, n3 = 4 * MiB - 4096;
+  void* q1 = a->allocate(n1, sb);  // A's block, by a wait: cut inside a chunk
+  void* q2 = a->allocate(n2, sb);  // the rest, pending on B: no wait, cut inside a chunk
+  void* q3 = a->allocate(n3, sb);  // cut at a chunk boundary
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  EXPECT_EQ(q1, p);
+  EXPECT_EQ(q2, p + n1);
+  EXPECT_EQ(q3, p + n1 + n2);
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.cross_stream_waits.current - s0.cross_stream_waits.current, 1);
+  EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
+  EXPECT_EQ(s1.pending_free_bytes.current, static_cast<std::int64_t>(64 * MiB - n1 - n2 - n3));
+  CheckThenWrite c1, c2, c3;
+  for (auto [c, q, n, tag] : {std::tuple{&c1, q1, n1, 0x31}, std::tuple{&c2, q2, n2, 0x32},
+                              std::tuple{&c3, q3, n3, 0x33}}) {
+    c->block = q;
+    c->size = n;
+    c->expect = 0x5A;
+    c->tag = static_cast<unsigned char>(tag);
+    ASSERT_EQ(a->backend().launch_host_func(sb, &CheckThenWrite::run, c), Status::ok);
+  }
+  job.open = true;
+  a->backend().stream_synchronize(sb);
+  EXPECT_TRUE(c1.saw_expected.load() && c2.saw_expected.load() && c3.saw_expected.load())
+      << "B's work ran before A's finished";
+  EXPECT_EQ(p[n1 - 1], 0x31);
+  EXPECT_EQ(p[n1], 0x32);
+  EXPECT_EQ(p[n1 + n2 - 1], 0x32);
+  EXPECT_EQ(p[n1 + n2], 0x33);
+  EXPECT_EQ(p[n1 + n2 + n3], 0x5A) << "the part nobody took was written";
+  EXPECT_EQ(a->check_invariants(), "");
+  a->deallocate(q2, n2, sb);
+  a->deallocate(q1, n1, sb);
+  a->deallocate(q3, n3, sb);
+  a->process_pending_frees();
+  void* whole = a->allocate(64 * MiB, sb);  // the pieces came back together
+  EXPECT_EQ(whole, p);
+  a->deallocate(whole, 64 * MiB, sb);
+  EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
   a->destroy_stream(sa);
   a->destroy_stream(sb);
