@@ -13,51 +13,13 @@
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${MEMLAKE_BUILD_DIR:-build-device}
-BUDGET=${MEMLAKE_RUN_BUDGET:-520}
-START=$(date +%s)
-SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-
-# step NAME MAX_SECONDS LOG CMD...: runs CMD with output appended to LOG, for
-# at most MAX_SECONDS and never past the budget; notes its status and time.
-step() {
-  local name=$1 max=$2 log=$3
-  shift 3
-  local left=$((START + BUDGET - $(date +%s)))
-  local limit=$((max < left ? max : left))
-  if ((limit < 10)); then
-    note "[$name] not run: the time budget is spent"
-    return 124
-  fi
-  local t0 rc
-  t0=$(date +%s)
-  echo "+ $*" >>"$log"
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
-  rc=$?
-  local secs=$(($(date +%s) - t0))
-  if ((rc == 124 || rc == 137)); then
-    note "[$name] TIMED OUT after ${secs}s (limit ${limit}s), rc=$rc"
-  else
-    note "[$name] rc=$rc in ${secs}s"
-  fi
-  return $rc
-}
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
 
 note "== machine"
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv,noheader 2>&1
-  nvcc --version 2>&1 | tail -n 2
-  cmake --version | head -n 1
-  "${CXX:-c++}" --version | head -n 1
-  compute-sanitizer --version 2>&1 | tail -n 1
-  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(git status --short 2>/dev/null | wc -l) changed files"
-} | tee -a "$SUMMARY"
+machine
+compute-sanitizer --version 2>&1 | tail -n 1 | tee -a "$SUMMARY"
 
 note "== build"
 CONFIGURE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90

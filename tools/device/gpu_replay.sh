@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# gpu_replay.sh: the bundled traces and the pipeline sample on the GPU, each
+# beside cudaMallocAsync in the same run. Builds memlake-replay and
+# pipeline_parallel (Release, ninja), then:
+#   - memlake-replay --backend cuda --allocator cudaMallocAsync over the
+#     traces, with the worker inline (reproducible, the host replay's
+#     decisions) and on its thread (the latency a training run sees);
+#   - pipeline_parallel --backend cuda at scales 1, 4 and 16.
+# Traces come from $MEMLAKE_TRACES (default .traces, else ../shared/traces).
+# Logs and JSON go to $OUT (default ./out): replay-summary.txt, replay.log,
+# replay-inline.json, replay-thread.json, pipeline.log.
+set -u -o pipefail
+
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${MEMLAKE_BUILD_DIR:-build-replay}
+SUMMARY_NAME=replay-summary.txt
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
+
+TRACES=${MEMLAKE_TRACES:-.traces}
+[[ -d $TRACES ]] || TRACES=../shared/traces
+
+note "== machine"
+machine
+
+note "== build"
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+step configure 120 "$OUT/build-replay.log" cmake -S . -B "$BUILD" "${GENERATOR[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+  step build 300 "$OUT/build-replay.log" cmake --build "$BUILD" -j "$(nproc)" \
+    --target memlake-replay pipeline_parallel || {
+  tail -n 30 "$OUT/build-replay.log" | tee -a "$SUMMARY"
+  exit 1
+}
+
+note "== memlake-replay on the GPU, beside cudaMallocAsync"
+for mode in inline thread; do
+  MEMLAKE_WORKER=$mode step "replay-$mode" 200 "$OUT/replay.log" \
+    "$BUILD/tools/memlake-replay" --backend cuda --allocator cudaMallocAsync --json \
+    --no-progress "$TRACES"/*.csv.gz
+  grep '^{' "$OUT/replay.log" | tail -n "$(ls "$TRACES"/*.csv.gz | wc -l)" >"$OUT/replay-$mode.json"
+done
+python3 - "$OUT"/replay-inline.json "$OUT"/replay-thread.json <<'PY' | tee -a "$SUMMARY"
+import json, sys
+for path in sys.argv[1:]:
+    print(path.rsplit('/', 1)[-1])
+    for line in open(path):
+        d = json.loads(line)
+        a = d.get('cuda_async_measured') or {}
+        peak = a.get('peak_reserved_bytes')
+        ratio = d['peak_reserved_bytes'] / peak if peak else float('nan')
+        print('  %-18s memlake %6.2f GiB util %.4f | cudaMallocAsync %s GiB | ratio %.3f | '
+              'critical VMM after warm-up %s, by tenth %s | alloc p99 ns by tenth %s' % (
+                  d['trace'], d['peak_reserved_bytes'] / 2**30, d['utilization'],
+                  '%.2f' % (peak / 2**30) if peak else 'n/a', ratio,
+                  d['critical_path_vmm_calls_after_warmup'],
+                  d.get('critical_path_vmm_calls_by_tenth'), d.get('alloc_ns_p99_by_tenth')))
+PY
+
+note "== pipeline_parallel on the GPU"
+for scale in 1 4 16; do
+  step "pipeline-scale-$scale" 100 "$OUT/pipeline.log" "$BUILD/samples/pipeline_parallel" \
+    --backend cuda --scale "$scale"
+done
+grep -E "^pipeline_parallel|peak|utilization|host waits|mismatches|cudaMallocAsync|reserved high|pool reserved" \
+  "$OUT/pipeline.log" | tee -a "$SUMMARY"
+note "== done in $(($(date +%s) - START))s"
