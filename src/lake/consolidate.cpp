@@ -35,7 +35,7 @@ bool Lake::wants_consolidation() const {
   return large_since_consolidation_ && largest < want && freed_since_consolidation_ >= want;
 }
 
-// What one consolidated range maps: room for the largest request seen.
+// The run the largest request seen needs (as far as the free chunks go).
 std::size_t Lake::consolidation_bytes() const {
   return std::min(free_chunk_bytes_, std::max(demand_target_, kMinChunks * options_.granularity));
 }
@@ -56,21 +56,19 @@ bool Lake::plan_job(WorkerJob* job) {
   job->evictions.clear();
   StitchPlan& plan = job->plan;
   if (wants_consolidation()) {
+    // All the free chunks (up to max_stitch_chunks): one run that serves a
+    // request of any size the free memory allows.
     stitch_demand_ = false;
     large_since_consolidation_ = false;
     freed_since_consolidation_ = 0;
     plan = StitchPlan{};
-    const std::size_t want = std::max(consolidation_bytes(), free_chunk_bytes_ / 2);
-    std::size_t planned = 0;
-    for (auto it = free_chunks_.rbegin(); it != free_chunks_.rend() && planned < want &&
-                                          plan.ids.size() < options_.max_stitch_chunks;
-         ++it) {
+    for (auto it = free_chunks_.rbegin();
+         it != free_chunks_.rend() && plan.ids.size() < options_.max_stitch_chunks; ++it) {
       Chunk& c = chunks_[it->second];
       if (c.reserve) continue;
       ++c.pins;
       plan.ids.push_back(it->second);
       plan.handles.emplace_back(c.handle, c.size);
-      planned += c.size;
     }
     job->stitch = true;
   } else if (wants_reserve()) {
