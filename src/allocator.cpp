@@ -7,6 +7,7 @@
 
 #include "allocator_impl.hpp"
 #include "backend/make_backend.hpp"
+#include "stat_update.hpp"
 
 namespace memlake {
 
@@ -20,11 +21,6 @@ constexpr std::size_t kMaxClosedBatches = 8;
 // A pending block taken under memory pressure is split when at least this
 // much of it would otherwise go unused.
 constexpr std::size_t kMinSplitRemainder = std::size_t{64} << 10;
-
-void gauge(StatValue& v, std::int64_t delta) {
-  v.current += delta;
-  if (v.current > v.peak) v.peak = v.current;
-}
 
 std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, CountingBackend** out) {
   if (!backend) throw error("memlake: no backend given");
@@ -75,19 +71,13 @@ AllocatorImpl::~AllocatorImpl() {
   // lake, and every chunk is released with it.
 }
 
-std::size_t AllocatorImpl::reuse_limit(std::size_t size) const {
-  if (size <= config_.small_max) return size;
-  const std::size_t g = lake_.granularity();
-  return size + static_cast<std::size_t>(static_cast<double>(size) * config_.fit_slack) / g * g;
-}
-
 void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   std::lock_guard lock(mutex_);
   CriticalPathScope critical;
   if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
     StreamScheduler::Block b;
-    if (scheduler_.take_same_stream(stream, size, reuse_limit(size), &b))
+    if (scheduler_.take_same_stream(stream, size, lake_.reuse_limit(size), &b))
       return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
   }
   return allocate_slow(bytes, stream);
@@ -113,7 +103,7 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
   StreamScheduler::Block b;
   if (config_.cross_stream_wait &&
-      scheduler_.take_cross_stream(stream, size, reuse_limit(size), &b))
+      scheduler_.take_cross_stream(stream, size, lake_.reuse_limit(size), &b))
     return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
   // Before new memory: a larger pending block, of this stream or handed
   // over from another by a GPU-side wait, split so that what the request

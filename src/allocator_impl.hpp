@@ -70,7 +70,6 @@ class AllocatorImpl {
   std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
   void release_to_lake(const StreamScheduler::Block& b);
-  std::size_t reuse_limit(std::size_t size) const;
   void check_debug() const;
 
   Config config_;

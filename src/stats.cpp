@@ -5,7 +5,7 @@
 #include <string>
 
 #include "memlake/stats.hpp"
-#include "stats_counters.hpp"
+#include "stat_update.hpp"
 
 namespace memlake {
 

@@ -26,8 +26,8 @@ int memlake_empty_cache(int device);
 
 #define MEMLAKE_STATS_VERSION 1
 typedef struct memlake_stats {
-  uint32_t version;  /* set by the caller to MEMLAKE_STATS_VERSION */
-  uint32_t size;     /* set by the caller to sizeof(memlake_stats) */
+  uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
+  uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
   int64_t live_bytes, peak_live_bytes;
   int64_t reserved_bytes, peak_reserved_bytes;
   int64_t mapped_bytes, stitched_bytes;

@@ -572,8 +572,7 @@ int run(const Options& o) {
         static_cast<long long>(s.path_stitch.current), static_cast<long long>(s.path_new.current));
     // Live as the schedule asked for it (a block handed out a little larger
     // than asked would otherwise count as used).
-    std::printf("  peak live            %.1f MiB (requested bytes)\n",
-                mib(s.requested_bytes.peak));
+    std::printf("  peak live            %.1f MiB (requested bytes)\n", mib(s.requested_bytes.peak));
     std::printf("  peak reserved        %.1f MiB\n", mib(s.reserved_bytes.peak));
     std::printf("  utilization          %.3f\n",
                 s.reserved_bytes.peak > 0 ? static_cast<double>(s.requested_bytes.peak) /

@@ -44,7 +44,7 @@ bool Lake::wants_reserve() const {
   const auto held = static_cast<std::size_t>(stats_.reserve_bytes.current);
   return options_.reserve != 0 && creating_bytes_ == 0 &&
          held + options_.granularity <= options_.reserve &&
-         reserved_bytes_ + options_.granularity <= options_.capacity;
+         reserved_bytes() + options_.granularity <= options_.capacity;
 }
 
 bool Lake::wants_work() const {
@@ -76,7 +76,7 @@ bool Lake::plan_job(WorkerJob* job) {
     const std::size_t g = options_.granularity;
     const auto held = static_cast<std::size_t>(stats_.reserve_bytes.current);
     std::size_t deficit = (options_.reserve - held) / g * g;
-    deficit = std::min(deficit, (options_.capacity - reserved_bytes_) / g * g);
+    deficit = std::min(deficit, (options_.capacity - reserved_bytes()) / g * g);
     plan.create_sizes = chunk_sizes_for(deficit);
     creating_bytes_ = deficit;
     job->stitch = true;

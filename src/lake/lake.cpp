@@ -190,15 +190,14 @@ std::string Lake::check_invariants() const {
       err << "segment " << s << " LRU index is off; ";
     idle += is_idle;
   }
-  if (reserved != reserved_bytes_ ||
-      static_cast<std::int64_t>(reserved) != stats_.reserved_bytes.current)
+  if (reserved != reserved_bytes())
     err << "reserved bytes " << reserved << " disagree with the counters; ";
   if (free_bytes != free_chunk_bytes_) err << "free chunk bytes disagree; ";
   if (fragment_bytes != fragment_bytes_) err << "fragment bytes disagree; ";
   std::size_t indexed = 0;
   for (const Piece* p : fragments_) indexed += p->size;
   if (indexed != fragment_bytes) err << "fragment index holds stale pieces; ";
-  if (mapped != mapped_bytes_) err << "mapped bytes disagree; ";
+  if (mapped != mapped_bytes()) err << "mapped bytes disagree; ";
   if (idle != idle_by_size_.size()) err << "idle index holds stale entries; ";
   if (total_runs != free_runs_.size()) err << "free-run index holds stale entries; ";
   return err.str();

@@ -25,6 +25,7 @@
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
 #include "observers.hpp"
+#include "stat_update.hpp"
 
 namespace memlake::lake {
 
@@ -75,7 +76,17 @@ class Lake {
   std::size_t free_chunk_bytes() const { return free_chunk_bytes_; }
   std::size_t fragment_bytes() const { return fragment_bytes_; }
   std::size_t allocated_bytes() const { return allocated_bytes_; }  // live blocks, rounded
+  // Kept in the stats gauges, which the lake updates.
+  std::size_t reserved_bytes() const {
+    return static_cast<std::size_t>(stats_.reserved_bytes.current);
+  }
+  std::size_t mapped_bytes() const { return static_cast<std::size_t>(stats_.mapped_bytes.current); }
   std::size_t capacity() const { return options_.capacity; }
+  // The largest cached block that still counts as a fit for `size` bytes:
+  // small blocks exactly, larger ones within the fit slack.
+  std::size_t reuse_limit(std::size_t size) const {
+    return size <= options_.small_max ? size : size + slack_for(size);
+  }
   std::size_t granularity() const { return options_.granularity; }
 
   // Every other address at which the bytes of [ptr, ptr+size) can be read
@@ -119,6 +130,7 @@ class Lake {
   bool wants_reserve() const;
   std::size_t consolidation_bytes() const;
   bool over_budget() const;
+  std::size_t mapping_budget() const;  // mapped bytes allowed (stitch_cache_ratio)
   // Consolidation picks the free chunks to map into one range and pins them;
   // eviction detaches ranges over the budget.
   bool plan_job(WorkerJob* job);
@@ -192,7 +204,6 @@ class Lake {
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   void record(DevicePtr ptr, const Allocation& a);
 
-  void gauge(StatValue& v, std::int64_t delta);
   [[noreturn]] void backend_failure(const char* what, Status s) const;
   [[noreturn]] void backend_failure(const char* what, Status s, const std::string& cause) const;
 
@@ -229,20 +240,18 @@ class Lake {
   std::vector<Zombie> zombies_;  // retried by reclaim() and the destructor
   std::string last_failure_;
 
-  std::size_t reserved_bytes_ = 0;
-  std::size_t mapped_bytes_ = 0;
   std::size_t free_chunk_bytes_ = 0;
   std::size_t fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
-  bool allow_new_ = true;       // for the allocate() call in progress
-  bool stitch_demand_ = false;  // a request stitched since the last consolidation
-  std::size_t demand_target_ = 0;  // the largest large request since the last reclaim
+  bool allow_new_ = true;                      // for the allocate() call in progress
+  bool stitch_demand_ = false;                 // a request stitched since the last consolidation
+  std::size_t demand_target_ = 0;              // the largest large request since the last reclaim
   std::size_t freed_since_consolidation_ = 0;  // chunk bytes that came free
   bool large_since_consolidation_ = false;     // a request near the target came
   std::size_t creating_bytes_ = 0;             // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
-  std::vector<Mapping> slots_changed_;  // claimed or freed, not yet in the run index
+  std::vector<Mapping> slots_changed_;         // claimed or freed, not yet in the run index
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

@@ -157,8 +157,7 @@ void Lake::remember_tail(SegmentId s, std::size_t last_chunk_index) {
 
 DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   auto it = allocations_.find(ptr);
-  assert(it != allocations_.end() && keep > 0 && keep < it->second.size &&
-         keep % kAlignment == 0);
+  assert(it != allocations_.end() && keep > 0 && keep < it->second.size && keep % kAlignment == 0);
   const Allocation a = it->second;
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   // The piece holding byte `keep`, and where in it.

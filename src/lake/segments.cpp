@@ -10,11 +10,6 @@
 
 namespace memlake::lake {
 
-void Lake::gauge(StatValue& v, std::int64_t delta) {
-  v.current += delta;
-  if (v.current > v.peak) v.peak = v.current;
-}
-
 void Lake::backend_failure(const char* what, Status s) const {
   backend_failure(what, s, backend_.last_error());
 }
@@ -25,7 +20,7 @@ void Lake::backend_failure(const char* what, Status s, const std::string& cause)
 }
 
 ChunkId Lake::create_chunk(std::size_t size) {
-  if (reserved_bytes_ + creating_bytes_ + size > options_.capacity) return kNone;
+  if (reserved_bytes() + creating_bytes_ + size > options_.capacity) return kNone;
   ChunkHandle handle = 0;
   Status s = backend_.create_chunk(size, &handle);
   if (s == Status::out_of_memory) return kNone;
@@ -50,7 +45,6 @@ ChunkId Lake::adopt_chunk(ChunkHandle handle, std::size_t size) {
   c.in_use = true;
   free_chunks_.emplace(size, id);
   free_chunk_bytes_ += size;
-  reserved_bytes_ += size;
   gauge(stats_.reserved_bytes, static_cast<std::int64_t>(size));
   gauge(stats_.chunks, 1);
   ++stats_.chunks_created.current;
@@ -66,7 +60,6 @@ void Lake::release_chunk(ChunkId id) {
   if (c.reserve) gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
   free_chunks_.erase({c.size, id});
   free_chunk_bytes_ -= c.size;
-  reserved_bytes_ -= c.size;
   gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
   gauge(stats_.chunks, -1);
   ++stats_.chunks_released.current;
@@ -165,7 +158,6 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
     if (chunks_[seg.chunks[i]].owner == kNone) slots_freed(id, i, 1);
   }
   segment_at_.emplace(va, id);
-  mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
   gauge(stats_.segments, 1);
   if (stitched) {
@@ -234,7 +226,6 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
   if (tail_count) run_insert(s, tail_start, tail_count);
   for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
   seg.stitched = true;
-  mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
   gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
   ++stats_.stitches.current;
@@ -273,7 +264,6 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
   if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
   if (seg.reserve) std::erase(reserve_segments_, id);
   segment_at_.erase(seg.va);
-  mapped_bytes_ -= seg.size;
   gauge(stats_.mapped_bytes, -static_cast<std::int64_t>(seg.size));
   gauge(stats_.segments, -1);
   if (seg.stitched) gauge(stats_.stitched_bytes, -static_cast<std::int64_t>(seg.size));
@@ -334,16 +324,20 @@ bool Lake::retire_zombies() {
 // that own nothing while the mapped total stays within the budget, dropping
 // the least recently used first.
 bool Lake::over_budget() const {
-  const double budget = (1.0 + options_.stitch_cache_ratio) * static_cast<double>(reserved_bytes_);
-  return static_cast<double>(mapped_bytes_) > budget && !unpinned_by_age_.empty();
+  return mapped_bytes() > mapping_budget() && !unpinned_by_age_.empty();
+}
+
+std::size_t Lake::mapping_budget() const {
+  return static_cast<std::size_t>((1.0 + options_.stitch_cache_ratio) *
+                                  static_cast<double>(reserved_bytes()));
 }
 
 // Detaches least recently used segments that own nothing until the mapped
 // total is within the budget; the unmapping is left to the caller.
 void Lake::plan_evictions(std::vector<Zombie>* out, SegmentId keep) {
-  const double budget = (1.0 + options_.stitch_cache_ratio) * static_cast<double>(reserved_bytes_);
+  const std::size_t budget = mapping_budget();
   auto it = unpinned_by_age_.begin();
-  while (static_cast<double>(mapped_bytes_) > budget && it != unpinned_by_age_.end()) {
+  while (mapped_bytes() > budget && it != unpinned_by_age_.end()) {
     SegmentId victim = it->second;
     ++it;
     const Segment& seg = segments_[victim];
@@ -449,8 +443,7 @@ void Lake::slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count) 
   assert(index >= start && index + count <= start + length);
   run_erase(s, it);
   if (index > start) run_insert(s, start, index - start);
-  if (index + count < start + length)
-    run_insert(s, index + count, start + length - index - count);
+  if (index + count < start + length) run_insert(s, index + count, start + length - index - count);
 }
 
 // A request took new memory from a reserve range: the range is ordinary

@@ -140,7 +140,8 @@ LakeResult Lake::try_run_between_pieces(std::size_t size) {
     if (end < seg.chunks.size() && chunks_[seg.chunks[end]].owner == s &&
         !chunks_[seg.chunks[end]].pieces->allocated)
       head = chunks_[seg.chunks[end]].pieces->size;
-    if (it->bytes + head >= size) return {place_span(s, start, nullptr, size), AllocPath::split, size};
+    if (it->bytes + head >= size)
+      return {place_span(s, start, nullptr, size), AllocPath::split, size};
     if (tail && tail->size + it->bytes + head >= size)
       return {place_span(s, start - 1, tail, size), AllocPath::split, size};
   }
@@ -197,8 +198,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
       for (ChunkId made : created) release_chunk(made);
       return {};
     }
-    return {place_span(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh,
-            size};
+    return {place_span(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
   }
   return {};
 }

@@ -88,8 +88,8 @@ struct Segment {
   bool stitched = false;
   bool prepared = false;  // stitched by the worker and not yet used
   bool reserve = false;   // the worker's reserve: used only where new memory would be made
-  bool sealed = false;  // its room past the end is not clean: never extend it
-  bool in_use = false;  // slot holds a mapped segment
+  bool sealed = false;    // its room past the end is not clean: never extend it
+  bool in_use = false;    // slot holds a mapped segment
   std::uint64_t last_used = 0;
 };
 

@@ -1,6 +1,4 @@
-// Stats::to_json() against hand-filled snapshots, and StatCounters (the
-// allocator's lock-free counters): gauge peaks, counters, reset_peaks(),
-// snapshot() and concurrent updates.
+// Stats::to_json() against hand-filled snapshots, and the gauge update.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,7 +8,7 @@
 #include <vector>
 
 #include "memlake/stats.hpp"
-#include "stats_counters.hpp"
+#include "stat_update.hpp"
 
 namespace memlake {
 namespace {
@@ -94,109 +92,15 @@ TEST(StatsJson, SpotValues) {
   EXPECT_EQ(json.find("\"allocs\":{"), std::string::npos);
 }
 
-TEST(StatCounters, GaugeTracksPeak) {
-  StatCounters c;
-  c.live_bytes.add(100);
-  c.live_bytes.add(50);
-  c.live_bytes.sub(120);
-  EXPECT_EQ(c.live_bytes.current(), 30);
-  EXPECT_EQ(c.live_bytes.peak(), 150);
-  c.live_bytes.add(20);
-  EXPECT_EQ(c.live_bytes.peak(), 150);
-  c.live_bytes.add(200);
-  EXPECT_EQ(c.live_bytes.current(), 250);
-  EXPECT_EQ(c.live_bytes.peak(), 250);
-  c.chunks.set(9);
-  c.chunks.set(4);
-  EXPECT_EQ(c.chunks.current(), 4);
-  EXPECT_EQ(c.chunks.peak(), 9);
-}
-
-TEST(StatCounters, CountersOnlyCount) {
-  StatCounters c;
-  c.allocs.add();
-  c.allocs.add();
-  c.allocs.add(5);
-  EXPECT_EQ(c.allocs.current(), 7);
-  c.vmm_calls.set(11);
-  EXPECT_EQ(c.vmm_calls.current(), 11);
-}
-
-TEST(StatCounters, SnapshotCopiesEveryField) {
-  StatCounters c;
-  std::int64_t i = 1;
-#define MEMLAKE_TEST_BUMP(name, kind, help) \
-  c.name.add(2 * i);                        \
-  c.name.add(i);                            \
-  ++i;
-  MEMLAKE_STAT_FIELDS(MEMLAKE_TEST_BUMP)
-#undef MEMLAKE_TEST_BUMP
-  c.live_bytes.sub(1);  // current 2, peak 3
-  const Stats s = c.snapshot();
-  EXPECT_EQ(s.live_bytes.current, 2);
-  EXPECT_EQ(s.live_bytes.peak, 3);
-  i = 1;
-#define MEMLAKE_TEST_CHECK(name, kind, help)   \
-  if (std::string(#name) != "live_bytes") {    \
-    EXPECT_EQ(s.name.current, 3 * i) << #name; \
-    EXPECT_EQ(s.name.peak, 3 * i) << #name;    \
-  }                                            \
-  ++i;
-  MEMLAKE_STAT_FIELDS(MEMLAKE_TEST_CHECK)
-#undef MEMLAKE_TEST_CHECK
-}
-
-TEST(StatCounters, CounterSnapshotHasPeakEqualCurrent) {
-  StatCounters c;
-  c.frees.add(3);
-  const Stats s = c.snapshot();
-  EXPECT_EQ(s.frees.current, 3);
-  EXPECT_EQ(s.frees.peak, 3);
-}
-
-TEST(StatCounters, ResetPeaksSetsPeakToCurrent) {
-  StatCounters c;
-  c.reserved_bytes.add(1000);
-  c.reserved_bytes.sub(600);
-  c.segments.add(5);
-  c.segments.sub(5);
-  c.allocs.add(8);
-  c.reset_peaks();
-  EXPECT_EQ(c.reserved_bytes.current(), 400);
-  EXPECT_EQ(c.reserved_bytes.peak(), 400);
-  EXPECT_EQ(c.segments.peak(), 0);
-  EXPECT_EQ(c.allocs.current(), 8);  // counters are untouched
-  c.reserved_bytes.add(100);
-  EXPECT_EQ(c.reserved_bytes.peak(), 500);
-  const Stats s = c.snapshot();
-  EXPECT_EQ(s.reserved_bytes.current, 500);
-  EXPECT_EQ(s.reserved_bytes.peak, 500);
-  EXPECT_EQ(s.allocs.current, 8);
-}
-
-TEST(StatCounters, ConcurrentUpdates) {
-  StatCounters c;
-  constexpr int kThreads = 8;
-  constexpr int kRounds = 20000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&c] {
-      for (int r = 0; r < kRounds; ++r) {
-        c.live_bytes.add(3);
-        c.allocs.add();
-        c.live_bytes.sub(3);
-        c.frees.add();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const Stats s = c.snapshot();
-  EXPECT_EQ(s.live_bytes.current, 0);
-  EXPECT_GE(s.live_bytes.peak, 3);
-  EXPECT_LE(s.live_bytes.peak, 3 * kThreads);
-  EXPECT_EQ(s.live_bytes.peak % 3, 0);
-  EXPECT_EQ(s.allocs.current, kThreads * kRounds);
-  EXPECT_EQ(s.frees.current, kThreads * kRounds);
+TEST(StatGauge, TracksCurrentAndPeak) {
+  StatValue v;
+  gauge(v, 10);
+  gauge(v, -4);
+  gauge(v, 3);
+  EXPECT_EQ(v.current, 9);
+  EXPECT_EQ(v.peak, 10);
+  gauge(v, 5);
+  EXPECT_EQ(v.peak, 14);
 }
 
 }  // namespace

@@ -272,9 +272,8 @@ void print_table(std::FILE* out, const TraceReport& r) {
          count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
              " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
              ", misses " + count(s.prestitch_misses.current) + ", wasted " +
-             mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) +
-             "; reserve hits " + count(s.reserve_hits.current) + ", misses " +
-             count(s.reserve_misses.current));
+             mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) + "; reserve hits " +
+             count(s.reserve_hits.current) + ", misses " + count(s.reserve_misses.current));
     line(out, "paths",
          "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
              count(s.path_exact.current) + ", split " + count(s.path_split.current) + ", stitch " +
