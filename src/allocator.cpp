@@ -77,7 +77,9 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
     StreamScheduler::Block b;
-    if (scheduler_.take_same_stream(stream, size, lake_.reuse_limit(size), &b))
+    // Only the same rounded size: a larger block handed out here would keep
+    // its surplus from the lake (which fits with less waste) until freed.
+    if (scheduler_.take_same_stream(stream, size, size, &b))
       return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
   }
   return allocate_slow(bytes, stream);
