@@ -298,6 +298,11 @@ void AllocatorImpl::reset_peak_stats() {
 #undef MEMLAKE_RESET_PEAK
 }
 
+bool AllocatorImpl::owns(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  return live_.count(reinterpret_cast<DevicePtr>(ptr)) != 0;
+}
+
 std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
@@ -408,6 +413,9 @@ std::size_t Allocator::granularity() const {
 }
 std::size_t Allocator::allocation_size(const void* ptr) const {
   return impl_->allocation_size(ptr);
+}
+bool Allocator::owns(const void* ptr) const {
+  return impl_->owns(ptr);
 }
 void Allocator::add_observer(Observer* observer) {
   impl_->add_observer(observer);

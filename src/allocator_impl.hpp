@@ -44,6 +44,7 @@ class AllocatorImpl {
   const Backend& backend() const { return *counting_; }
   const CountingBackend& counting() const { return *counting_; }
   std::size_t allocation_size(const void* ptr) const;
+  bool owns(const void* ptr) const;
   void add_observer(Observer* o);
   void remove_observer(Observer* o);
   Stream create_stream();

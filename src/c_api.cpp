@@ -106,6 +106,40 @@ std::string pointer_text(const void* p) {
                "allocated on device " + std::to_string(device));
 }
 
+// The device whose allocator holds `ptr` live, other than `device`; -1 if none.
+int owner_elsewhere(const void* ptr, int device) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const Allocator* a = d == device ? nullptr : existing(d);
+    if (a != nullptr && a->owns(ptr)) return d;
+  }
+  return -1;
+}
+
+// Runs op(allocator of `device`) for a pointer the caller holds. A pointer of
+// another device's allocator is refused with a message that says so, and
+// nothing changes on either device.
+template <class Op>
+void on_owner(const char* function, const void* ptr, int device, Op&& op) {
+  auto wrong_device = [&] {
+    const int owner = owner_elsewhere(ptr, device);
+    if (owner < 0) return;
+    throw misuse(std::string(function) + ": " + pointer_text(ptr) + " was allocated on device " +
+                 std::to_string(owner) + ", not on device " + std::to_string(device) +
+                 "; nothing was changed");
+  };
+  Allocator* a = existing(device);
+  if (a == nullptr) {
+    wrong_device();
+    no_allocator(function, ptr, device);
+  }
+  try {
+    op(*a);
+  } catch (const misuse&) {
+    wrong_device();
+    throw;
+  }
+}
+
 Stats device_stats(int device) {
   const Allocator* a = existing(device);
   return a != nullptr ? a->stats() : Stats{};
@@ -131,9 +165,7 @@ void memlake_free(void* ptr, size_t size, int device, void* stream) {
     check_open();
     check_device("memlake_free", device);
     if (ptr == nullptr) return 0;
-    Allocator* a = existing(device);
-    if (a == nullptr) no_allocator("memlake_free", ptr, device);
-    a->deallocate(ptr, size, stream);
+    on_owner("memlake_free", ptr, device, [&](Allocator& a) { a.deallocate(ptr, size, stream); });
     return 0;
   });
 }
@@ -142,9 +174,8 @@ int memlake_record_stream(void* ptr, int device, void* stream) {
   return guarded(-1, [&] {
     check_open();
     check_device("memlake_record_stream", device);
-    Allocator* a = existing(device);
-    if (a == nullptr) no_allocator("memlake_record_stream", ptr, device);
-    a->record_stream(ptr, stream);
+    on_owner("memlake_record_stream", ptr, device,
+             [&](Allocator& a) { a.record_stream(ptr, stream); });
     return 0;
   });
 }

@@ -57,6 +57,9 @@ class Allocator {
   std::size_t granularity() const;
   // Requested size of a live allocation; throws misuse for unknown pointers.
   std::size_t allocation_size(const void* ptr) const;
+  // Whether `ptr` is the start of a block this allocator handed out and that
+  // is not freed yet.
+  bool owns(const void* ptr) const;
 
   void add_observer(Observer* observer);
   void remove_observer(Observer* observer);

@@ -40,11 +40,14 @@ class CApi : public testing::Test {
     const char* old = std::getenv("MEMLAKE_CONF");
     const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
     ::setenv("MEMLAKE_CONF", kConf, 1);
-    // The first allocation creates device 0's allocator with kConf.
-    void* p = memlake_malloc(1, 0, nullptr);
-    ASSERT_NE(p, nullptr) << last_error();
-    memlake_free(p, 1, 0, nullptr);
-    ASSERT_EQ(last_error(), "");
+    // The first allocations create the allocators of devices 0 and 1 with
+    // kConf: two host "devices", each with its own lake, worker and streams.
+    for (int device : {0, 1}) {
+      void* p = memlake_malloc(1, device, nullptr);
+      ASSERT_NE(p, nullptr) << last_error();
+      memlake_free(p, 1, device, nullptr);
+      ASSERT_EQ(last_error(), "");
+    }
     if (saved)
       ::setenv("MEMLAKE_CONF", saved->c_str(), 1);
     else
@@ -140,6 +143,45 @@ TEST_F(CApi, FreeOnDeviceWithoutAllocator) {
   EXPECT_EQ(s.allocs, 0);
   EXPECT_EQ(s.reserved_bytes, 0);
   EXPECT_EQ(memlake_empty_cache(7), 0);
+}
+
+// Each device has its own allocator: a block of device 0 freed or recorded
+// with device 1 is refused with a message naming both, and stays live and
+// intact on device 0.
+TEST_F(CApi, DevicesAreSeparateAndNothingCrossesByAccident) {
+  const memlake_stats zero0 = stats_of(0), zero1 = stats_of(1);
+  constexpr std::size_t kSize = 5 << 20;
+  auto* p0 = static_cast<unsigned char*>(memlake_malloc(kSize, 0, nullptr));
+  auto* p1 = static_cast<unsigned char*>(memlake_malloc(kSize, 1, nullptr));
+  ASSERT_NE(p0, nullptr) << last_error();
+  ASSERT_NE(p1, nullptr) << last_error();
+  EXPECT_EQ(stats_of(0).allocs - zero0.allocs, 1);
+  EXPECT_EQ(stats_of(1).allocs - zero1.allocs, 1);
+  std::memset(p0, 0x10, kSize);
+  std::memset(p1, 0x11, kSize);
+
+  const memlake_stats held0 = stats_of(0), held1 = stats_of(1);
+  memlake_free(p0, kSize, 1, nullptr);
+  const std::string expected = "was allocated on device 0, not on device 1; nothing was changed";
+  EXPECT_NE(last_error().find(expected), std::string::npos) << last_error();
+  EXPECT_EQ(memlake_record_stream(p0, 1, nullptr), -1);
+  EXPECT_NE(last_error().find(expected), std::string::npos) << last_error();
+  memlake_free(p1, kSize, 7, nullptr);  // a device with no allocator at all
+  EXPECT_NE(last_error().find("was allocated on device 1, not on device 7"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(stats_of(0).frees, held0.frees);
+  EXPECT_EQ(stats_of(1).frees, held1.frees);
+  EXPECT_EQ(stats_of(0).live_bytes - zero0.live_bytes, static_cast<std::int64_t>(kSize));
+  EXPECT_EQ(stats_of(1).live_bytes - zero1.live_bytes, static_cast<std::int64_t>(kSize));
+  EXPECT_EQ(p0[kSize - 1], 0x10);
+  EXPECT_EQ(p1[0], 0x11);
+
+  memlake_free(p0, kSize, 0, nullptr);
+  EXPECT_EQ(last_error(), "");
+  memlake_free(p1, kSize, 1, nullptr);
+  EXPECT_EQ(last_error(), "");
+  EXPECT_EQ(stats_of(0).live_bytes, zero0.live_bytes);
+  EXPECT_EQ(stats_of(1).live_bytes, zero1.live_bytes);
 }
 
 TEST_F(CApi, HugeSizeFails) {
