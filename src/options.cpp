@@ -24,10 +24,11 @@ namespace memlake {
 
 namespace {
 
-enum class Unit { size, integer, number, flag, choice };
+enum class Unit { size, integer, number, flag, choice, devices };
 
 using Field = std::variant<std::size_t Config::*, int Config::*, double Config::*, bool Config::*,
-                           BackendKind Config::*, MisuseAction Config::*, WorkerMode Config::*>;
+                           BackendKind Config::*, MisuseAction Config::*, WorkerMode Config::*,
+                           DeviceSet Config::*>;
 
 constexpr double kNoLimit = std::numeric_limits<double>::infinity();
 
@@ -50,6 +51,9 @@ constexpr std::array kOptions = {
   // 0..63: the C API keeps one allocator per device for devices 0 to 63.
   Option{"device", &Config::device, Unit::integer, 0, 63, false,
          "device the allocator serves (the C API sets it per call)"},
+  Option{"peer_access", &Config::peer_access, Unit::devices, 0, 63, false,
+         "devices whose kernels may access this allocator's memory: all, none, or numbers "
+         "joined by + (1+3)"},
   Option{"capacity", &Config::capacity, Unit::size, 0, kNoLimit, false,
          "physical bytes the allocator may hold; 0: the backend's default "
          "(host: 80G, cuda: free device memory at start)"},
@@ -205,6 +209,8 @@ std::string expectation(const Option& o) {
       return "true, false, 1, 0, yes, no, on or off";
     case Unit::choice:
       return "one of " + choices(o, ", ");
+    case Unit::devices:
+      return "all, none, or device numbers from 0 to 63 joined by + (like 1+3)";
   }
   return {};
 }
@@ -225,6 +231,8 @@ std::string type_text(const Option& o) {
       return "bool";
     case Unit::choice:
       return choices(o, "|");
+    case Unit::devices:
+      return "all|none|devices like 1+3";
   }
   return {};
 }
@@ -290,6 +298,37 @@ SizeParse parse_size(std::string_view s, std::uint64_t* out) {
   return SizeParse::ok;
 }
 
+// "all", "none", or device numbers joined by '+': "1+3".
+bool parse_devices(std::string_view s, DeviceSet* out) {
+  if (iequals(s, "all")) return out->bits = DeviceSet::kAll, true;
+  if (iequals(s, "none")) return out->bits = 0, true;
+  DeviceSet set;
+  while (true) {
+    const auto plus = s.find('+');
+    const std::string_view item = s.substr(0, plus);
+    int d = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || d < 0 || d > 63)
+      return false;
+    set.bits |= std::uint64_t{1} << d;
+    if (plus == std::string_view::npos) break;
+    s.remove_prefix(plus + 1);
+  }
+  *out = set;
+  return true;
+}
+
+std::string devices_text(const DeviceSet& set) {
+  if (set.all()) return "all";
+  std::string out;
+  for (int d = 0; d < 64; ++d) {
+    if (!set.has(d)) continue;
+    if (!out.empty()) out += '+';
+    out += std::to_string(d);
+  }
+  return out.empty() ? "none" : out;
+}
+
 bool parse_flag(std::string_view s, bool* out) {
   for (std::string_view t : {"true", "1", "yes", "on"})
     if (iequals(s, t)) return *out = true, true;
@@ -308,6 +347,8 @@ void set_option(Config& c, const Option& o, std::string_view value, std::string_
         using T = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_same_v<T, bool>) {
           if (!parse_flag(value, &(c.*member))) bad_value(o, value, source);
+        } else if constexpr (std::is_same_v<T, DeviceSet>) {
+          if (!parse_devices(value, &(c.*member))) bad_value(o, value, source);
         } else if constexpr (std::is_same_v<T, double>) {
           double v = 0;
           const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -356,6 +397,8 @@ std::string value_text(const Config& c, const Option& o) {
         const T& v = c.*member;
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, DeviceSet>) {
+          return devices_text(v);
         } else if constexpr (std::is_same_v<T, double>) {
           return format_number(v);
         } else if constexpr (std::is_enum_v<T>) {

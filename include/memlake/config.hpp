@@ -15,9 +15,25 @@ enum class BackendKind { automatic, host, cuda };
 enum class MisuseAction { error, abort };
 enum class WorkerMode { off, inline_jobs, thread };
 
+// A set of devices 0..63 (a bit each); all() is every device there is.
+struct DeviceSet {
+  static constexpr std::uint64_t kAll = ~std::uint64_t{0};
+  std::uint64_t bits = 0;
+  bool all() const { return bits == kAll; }
+  bool has(int device) const { return device >= 0 && device < 64 && ((bits >> device) & 1) != 0; }
+  bool operator==(const DeviceSet&) const = default;
+};
+
 struct Config {
   BackendKind backend = BackendKind::automatic;  // auto: cuda if a GPU is present, else host
   int device = 0;
+  // Devices whose kernels may read and write this allocator's memory: every
+  // mapping grants them access in the same SetAccess call (NCCL's P2P
+  // transports need it). "all" (every device that can reach this one peer to
+  // peer), "none", or device numbers joined by '+' ("1+3"; the allocator's
+  // own device is skipped). The HostBackend's memory is host memory, open to
+  // every "device" already.
+  DeviceSet peer_access;
 
   // Physical capacity. 0 means the backend's default (host: 80 GiB;
   // cuda: free device memory at start). capacity_fraction, when > 0, takes

@@ -35,6 +35,7 @@ std::unique_ptr<Backend> make_cuda(const Config& cfg) {
   o.device = cfg.device;
   o.capacity = cfg.capacity;
   o.capacity_fraction = cfg.capacity_fraction;
+  o.peer_access = cfg.peer_access.bits;
   return std::make_unique<CudaBackend>(o);
 }
 #endif

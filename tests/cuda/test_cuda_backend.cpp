@@ -136,6 +136,51 @@ TEST(CudaBackend, OneChunkAtTwoAddressesShowsTheSameBytes) {
   EXPECT_EQ(b.unreserve(vb, g), Status::ok) << b.last_error();
 }
 
+// peer_access:all opens mappings to every device that can reach this one
+// (none on a one-GPU machine: the mapping works as before); a device that
+// does not exist is an error naming it.
+TEST(CudaBackend, PeerAccessAllGrantsReachablePeersAndAMissingDeviceIsNamed) {
+  SKIP_WITHOUT_GPU();
+  const int n = CudaBackend::device_count();
+  CudaBackendOptions all;
+  all.peer_access = DeviceSet::kAll;
+  CudaBackend b(all);
+  for (int p : b.peers()) {
+    EXPECT_NE(p, b.device());
+    int can = 0;
+    ASSERT_EQ(cudaDeviceCanAccessPeer(&can, p, b.device()), cudaSuccess);
+    EXPECT_EQ(can, 1);
+  }
+  if (n == 1) {
+    EXPECT_TRUE(b.peers().empty());
+  }
+  const std::size_t g = b.granularity();
+  ChunkHandle c = 0;
+  DevicePtr va = 0;
+  ASSERT_EQ(b.create_chunk(g, &c), Status::ok) << b.last_error();
+  ASSERT_EQ(b.reserve(g, &va), Status::ok) << b.last_error();
+  ASSERT_EQ(b.map(va, g, c), Status::ok) << b.last_error();
+  ASSERT_EQ(b.set_access(va, g), Status::ok) << b.last_error();
+  const auto data = pattern(g, 9);
+  to_device(va, data);
+  EXPECT_EQ(from_device(va, g), data);
+  EXPECT_EQ(b.unmap(va, g), Status::ok) << b.last_error();
+  EXPECT_EQ(b.release_chunk(c), Status::ok) << b.last_error();
+  EXPECT_EQ(b.unreserve(va, g), Status::ok) << b.last_error();
+
+  CudaBackendOptions missing;
+  missing.peer_access = std::uint64_t{1} << n;  // one past the last device
+  try {
+    CudaBackend bad(missing);
+    ADD_FAILURE() << "a peer device that does not exist was accepted";
+  } catch (const backend_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("peer_access names device " + std::to_string(n)));
+  }
+  CudaBackendOptions self;
+  self.peer_access = std::uint64_t{1} << b.device();  // the own device is skipped
+  EXPECT_TRUE(CudaBackend(self).peers().empty());
+}
+
 TEST(CudaBackend, StitchedRangeShowsBytesOfEachChunk) {
   SKIP_WITHOUT_GPU();
   CudaBackend b;

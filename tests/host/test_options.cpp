@@ -22,17 +22,27 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 constexpr std::size_t kTiB = std::size_t{1} << 40;
 
-const std::vector<std::string> kKeys = {"backend",           "device",
-                                        "capacity",          "capacity_fraction",
-                                        "host_granularity",  "host_simulate_latency",
-                                        "small_max",         "max_chunk",
-                                        "fit_slack",         "stitch_cache_ratio",
-                                        "max_stitch_chunks", "cross_stream_wait",
-                                        "free_batch",        "worker",
-                                        "reserve",           "on_misuse"};
+const std::vector<std::string> kKeys = {"backend",
+                                        "device",
+                                        "peer_access",
+                                        "capacity",
+                                        "capacity_fraction",
+                                        "host_granularity",
+                                        "host_simulate_latency",
+                                        "small_max",
+                                        "max_chunk",
+                                        "fit_slack",
+                                        "stitch_cache_ratio",
+                                        "max_stitch_chunks",
+                                        "cross_stream_wait",
+                                        "free_batch",
+                                        "worker",
+                                        "reserve",
+                                        "on_misuse"};
 
 const std::string kKnown =
-    "backend, device, capacity, capacity_fraction, host_granularity, host_simulate_latency, "
+    "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
+    "host_simulate_latency, "
     "small_max, max_chunk, fit_slack, stitch_cache_ratio, max_stitch_chunks, cross_stream_wait, "
     "free_batch, worker, reserve, on_misuse";
 
@@ -108,6 +118,9 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.cross_stream_wait, b.cross_stream_wait);
   EXPECT_EQ(a.free_batch, b.free_batch);
   EXPECT_EQ(a.on_misuse, b.on_misuse);
+  EXPECT_EQ(a.peer_access, b.peer_access);
+  EXPECT_EQ(a.worker, b.worker);
+  EXPECT_EQ(a.reserve, b.reserve);
 }
 
 TEST(Options, EveryKeyParses) {
@@ -115,8 +128,11 @@ TEST(Options, EveryKeyParses) {
       "backend:host,device:3,capacity:12G,capacity_fraction:0.75,host_granularity:64K,"
       "host_simulate_latency:true,small_max:256K,max_chunk:64M,fit_slack:0.5,"
       "stitch_cache_ratio:2.5,max_stitch_chunks:16,cross_stream_wait:false,free_batch:8,"
-      "on_misuse:abort");
+      "on_misuse:abort,peer_access:1+3,worker:inline,reserve:64M");
   EXPECT_EQ(c.backend, BackendKind::host);
+  EXPECT_EQ(c.peer_access.bits, (std::uint64_t{1} << 1) | (std::uint64_t{1} << 3));
+  EXPECT_EQ(c.worker, WorkerMode::inline_jobs);
+  EXPECT_EQ(c.reserve, 64 * kMiB);
   EXPECT_EQ(c.device, 3);
   EXPECT_EQ(c.capacity, 12 * kGiB);
   EXPECT_EQ(c.capacity_fraction, 0.75);
@@ -238,6 +254,24 @@ TEST(Options, Choices) {
   EXPECT_EQ(error_of("backend:"),
             "memlake config: bad value \"\" for key \"backend\": expected one of auto, host, "
             "cuda");
+}
+
+TEST(Options, PeerAccessDeviceSets) {
+  EXPECT_TRUE(Config::parse("peer_access:all").peer_access.all());
+  EXPECT_TRUE(Config::parse("peer_access:ALL").peer_access.all());
+  EXPECT_EQ(Config::parse("peer_access:none").peer_access.bits, 0u);
+  EXPECT_EQ(Config::parse("peer_access:0").peer_access.bits, 1u);
+  EXPECT_EQ(Config::parse("peer_access:63+2").peer_access.bits,
+            (std::uint64_t{1} << 63) | (std::uint64_t{1} << 2));
+  EXPECT_EQ(Config{}.peer_access.bits, 0u) << "no peer access unless asked for";
+  const std::string expected =
+      "\": expected all, none, or device numbers from 0 to 63 joined by + (like 1+3)";
+  for (const char* bad : {"64", "1+", "+1", "1++2", "-1", "one", "2.5", ""}) {
+    EXPECT_EQ(
+        error_of(std::string("peer_access:") + bad),
+        std::string("memlake config: bad value \"") + bad + "\" for key \"peer_access" + expected)
+        << bad;
+  }
 }
 
 TEST(Options, NumberRanges) {
@@ -452,7 +486,7 @@ TEST(Options, DescribeValuesParseBack) {
       "backend:cuda,device:5,capacity:1536M,capacity_fraction:0.3,host_granularity:8K,"
       "host_simulate_latency:yes,small_max:12345,max_chunk:3G,fit_slack:0.1,"
       "stitch_cache_ratio:0.7,max_stitch_chunks:99,cross_stream_wait:0,free_batch:3,"
-      "on_misuse:abort");
+      "on_misuse:abort,peer_access:4+7,reserve:3M");
   std::string conf;
   for (const std::string& line : lines_of(original.describe())) {
     conf += line.substr(0, line.find(' '));

@@ -224,6 +224,41 @@ int CudaBackend::device_count() {
   return count;
 }
 
+namespace {
+
+// The devices of `mask` (all bits: every one that can reach `device` peer to
+// peer) other than `device`; throws for a device that does not exist or
+// cannot access `device`'s memory.
+std::vector<int> resolve_peers(int device, int count, std::uint64_t mask) {
+  const bool all = mask == ~std::uint64_t{0};
+  std::vector<int> peers;
+  for (int p = 0; p < 64; ++p) {
+    if (p == device || ((mask >> p) & 1) == 0) continue;
+    if (p >= count) {
+      if (all) break;
+      throw backend_error(detail::format(
+          "cuda backend: peer_access names device %d, but there are %d device(s)", p, count));
+    }
+    int can = 0;
+    const cudaError_t e = cudaDeviceCanAccessPeer(&can, p, device);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw backend_error(detail::format("cuda backend: cudaDeviceCanAccessPeer(%d, %d) failed: %s",
+                                         p, device, cudaGetErrorName(e)));
+    }
+    if (can) {
+      peers.push_back(p);
+    } else if (!all) {
+      throw backend_error(detail::format(
+          "cuda backend: peer_access names device %d, which cannot access device %d peer to peer",
+          p, device));
+    }
+  }
+  return peers;
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
   const int n = device_count();
   if (n == 0) {
@@ -236,6 +271,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
   }
   const Driver* d = driver();
   if (d == nullptr) throw backend_error("cuda backend: " + g_driver_error);
+  peers_ = resolve_peers(device_, n, options.peer_access);
 
   CUdevice dev = 0;
   CUresult r = d->cuDeviceGet(&dev, device_);
@@ -460,12 +496,19 @@ Status CudaBackend::unmap(DevicePtr va, std::size_t size) {
 
 Status CudaBackend::set_access(DevicePtr va, std::size_t size) {
   MEMLAKE_CUDA_GUARD();
-  CUmemAccessDesc desc;
-  std::memset(&desc, 0, sizeof desc);
-  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = device_;
-  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult r = g_driver.cuMemSetAccess(static_cast<CUdeviceptr>(va), size, &desc, 1);
+  // The own device and every peer in one call: one pass over the handles.
+  CUmemAccessDesc desc[65];
+  std::memset(desc, 0, sizeof desc);
+  std::size_t n = 0;
+  auto grant = [&](int device) {
+    desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc[n].location.id = device;
+    desc[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ++n;
+  };
+  grant(device_);
+  for (int p : peers_) grant(p);
+  const CUresult r = g_driver.cuMemSetAccess(static_cast<CUdeviceptr>(va), size, desc, n);
   if (r != CUDA_SUCCESS) {
     return fail(cu_status(r), "cuda: cuMemSetAccess(va=%#llx, size=%zu) failed: %s", ull(va), size,
                 cu_name(r));

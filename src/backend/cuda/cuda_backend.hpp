@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.hpp"
 
@@ -26,6 +28,9 @@ struct CudaBackendOptions {
   std::size_t capacity = 0;
   // When > 0 (and capacity is 0): this share of the device's total memory.
   double capacity_fraction = 0;
+  // Devices (bit d: device d) granted read/write access to every mapping;
+  // all bits: every device that can access this one peer to peer.
+  std::uint64_t peer_access = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -46,6 +51,8 @@ class CudaBackend final : public Backend {
   std::size_t capacity() const override { return capacity_; }
   std::size_t physical_bytes() const override;
   std::size_t total_memory() const { return total_memory_; }
+  // The peer devices every mapping is opened to, besides device().
+  const std::vector<int>& peers() const { return peers_; }
 
   Status reserve(std::size_t size, DevicePtr* va) override;
   Status unreserve(DevicePtr va, std::size_t size) override;
@@ -77,6 +84,7 @@ class CudaBackend final : public Backend {
   std::size_t granularity_ = 0;
   std::size_t capacity_ = 0;
   std::size_t total_memory_ = 0;
+  std::vector<int> peers_;
 
   mutable std::mutex mutex_;        // guards the two below
   std::size_t physical_bytes_ = 0;  // includes creations in flight
