@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
+#include "memlake/sharing.hpp"
 #include "observers.hpp"
 #include "stream/scheduler.hpp"
 #include "worker/mapping_worker.hpp"
@@ -45,6 +46,7 @@ class AllocatorImpl {
   const CountingBackend& counting() const { return *counting_; }
   std::size_t allocation_size(const void* ptr) const;
   bool owns(const void* ptr) const;
+  SharedBlock share(const void* ptr);
   void add_observer(Observer* o);
   void remove_observer(Observer* o);
   Stream create_stream();

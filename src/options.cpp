@@ -83,6 +83,8 @@ constexpr std::array kOptions = {
   Option{"reserve", &Config::reserve, Unit::size, 0, kNoLimit, false,
          "free chunks the worker keeps created and mapped ahead of demand (counted as "
          "reserved memory); 0: none"},
+  Option{"shareable", &Config::shareable, Unit::flag, 0, 0, false,
+         "chunks are created exportable as POSIX file descriptors (Allocator::share)"},
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},

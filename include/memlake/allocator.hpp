@@ -21,6 +21,8 @@
 
 namespace memlake {
 
+struct SharedBlock;
+
 class Backend;
 class AllocatorImpl;
 
@@ -60,6 +62,10 @@ class Allocator {
   // Whether `ptr` is the start of a block this allocator handed out and that
   // is not freed yet.
   bool owns(const void* ptr) const;
+  // The live block at `ptr` as file descriptors another process can map
+  // (ImportedBlock, include/memlake/sharing.hpp; lifetime rules there).
+  // Needs shareable:true.
+  SharedBlock share(const void* ptr);
 
   void add_observer(Observer* observer);
   void remove_observer(Observer* observer);

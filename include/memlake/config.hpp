@@ -84,6 +84,11 @@ struct Config {
   // memory (they raise the peak by up to this much), hence off by default.
   std::size_t reserve = 0;
 
+  // Chunks are created exportable, so Allocator::share() can hand a block to
+  // another process as file descriptors (include/memlake/sharing.hpp). On
+  // CUDA they are created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
+  bool shareable = false;
+
   // What happens on a bad free / unknown pointer: return an error (the C API
   // sets memlake_last_error, C++ throws memlake::misuse) or abort with a
   // report.

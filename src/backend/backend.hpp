@@ -73,6 +73,14 @@ class Backend {
   // mapped chunks: one call per mapped range, since the cost is per handle.
   virtual Status set_access(DevicePtr va, std::size_t size) = 0;
 
+  // --- process sharing --------------------------------------------------------
+  // A new file descriptor for `chunk` that another process can import (the
+  // caller owns and closes it); not_supported unless chunks are created
+  // shareable. import_chunk makes a chunk of this backend from such a
+  // descriptor (it does not take the descriptor over); release it as usual.
+  virtual Status export_chunk(ChunkHandle chunk, int* fd) = 0;
+  virtual Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) = 0;
+
   // --- streams and events -------------------------------------------------
   virtual Status stream_create(StreamHandle* stream) = 0;
   virtual Status stream_destroy(StreamHandle stream) = 0;

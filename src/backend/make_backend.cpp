@@ -36,6 +36,7 @@ std::unique_ptr<Backend> make_cuda(const Config& cfg) {
   o.capacity = cfg.capacity;
   o.capacity_fraction = cfg.capacity_fraction;
   o.peer_access = cfg.peer_access.bits;
+  o.shareable = cfg.shareable;
   return std::make_unique<CudaBackend>(o);
 }
 #endif

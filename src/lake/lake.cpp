@@ -96,6 +96,18 @@ std::size_t Lake::largest_free_block() const {
   return largest;
 }
 
+void Lake::chunks_of(DevicePtr ptr, std::vector<std::pair<ChunkHandle, std::size_t>>* out,
+                     std::size_t* offset) const {
+  const Allocation* a = find(ptr);
+  if (!a) return;
+  const Segment& seg = segments_[a->segment];
+  *offset = ptr - (seg.va + seg.offsets[a->first_chunk]);
+  for (std::uint32_t i = a->first_chunk; i < a->first_chunk + a->chunk_count; ++i) {
+    const Chunk& c = chunks_[seg.chunks[i]];
+    out->emplace_back(c.handle, c.size);
+  }
+}
+
 std::vector<std::pair<DevicePtr, std::size_t>> Lake::aliases(DevicePtr ptr,
                                                              std::size_t size) const {
   std::vector<std::pair<DevicePtr, std::size_t>> out;

@@ -93,6 +93,10 @@ class Lake {
   // (other segments mapping the same chunks), per chunk-sized run: pairs of
   // (alias address, length). For tests of stitching.
   std::vector<std::pair<DevicePtr, std::size_t>> aliases(DevicePtr ptr, std::size_t size) const;
+  // The chunks (handle, size) of the live allocation at `ptr`, in address
+  // order, and where it starts in the first.
+  void chunks_of(DevicePtr ptr, std::vector<std::pair<ChunkHandle, std::size_t>>* out,
+                 std::size_t* offset) const;
 
   // Worker jobs (consolidate.cpp), each in three steps: plan and commit under
   // the allocator's lock, execute (the VMM calls) without it.

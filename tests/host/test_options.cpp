@@ -38,13 +38,14 @@ const std::vector<std::string> kKeys = {"backend",
                                         "free_batch",
                                         "worker",
                                         "reserve",
+                                        "shareable",
                                         "on_misuse"};
 
 const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
     "host_simulate_latency, "
     "small_max, max_chunk, fit_slack, stitch_cache_ratio, max_stitch_chunks, cross_stream_wait, "
-    "free_batch, worker, reserve, on_misuse";
+    "free_batch, worker, reserve, shareable, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)
@@ -121,6 +122,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.peer_access, b.peer_access);
   EXPECT_EQ(a.worker, b.worker);
   EXPECT_EQ(a.reserve, b.reserve);
+  EXPECT_EQ(a.shareable, b.shareable);
 }
 
 TEST(Options, EveryKeyParses) {
@@ -128,11 +130,12 @@ TEST(Options, EveryKeyParses) {
       "backend:host,device:3,capacity:12G,capacity_fraction:0.75,host_granularity:64K,"
       "host_simulate_latency:true,small_max:256K,max_chunk:64M,fit_slack:0.5,"
       "stitch_cache_ratio:2.5,max_stitch_chunks:16,cross_stream_wait:false,free_batch:8,"
-      "on_misuse:abort,peer_access:1+3,worker:inline,reserve:64M");
+      "on_misuse:abort,peer_access:1+3,worker:inline,reserve:64M,shareable:true");
   EXPECT_EQ(c.backend, BackendKind::host);
   EXPECT_EQ(c.peer_access.bits, (std::uint64_t{1} << 1) | (std::uint64_t{1} << 3));
   EXPECT_EQ(c.worker, WorkerMode::inline_jobs);
   EXPECT_EQ(c.reserve, 64 * kMiB);
+  EXPECT_TRUE(c.shareable);
   EXPECT_EQ(c.device, 3);
   EXPECT_EQ(c.capacity, 12 * kGiB);
   EXPECT_EQ(c.capacity_fraction, 0.75);
@@ -486,7 +489,7 @@ TEST(Options, DescribeValuesParseBack) {
       "backend:cuda,device:5,capacity:1536M,capacity_fraction:0.3,host_granularity:8K,"
       "host_simulate_latency:yes,small_max:12345,max_chunk:3G,fit_slack:0.1,"
       "stitch_cache_ratio:0.7,max_stitch_chunks:99,cross_stream_wait:0,free_batch:3,"
-      "on_misuse:abort,peer_access:4+7,reserve:3M");
+      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on");
   std::string conf;
   for (const std::string& line : lines_of(original.describe())) {
     conf += line.substr(0, line.find(' '));

@@ -41,6 +41,12 @@ class BackendAdaptor : public Backend {
   Status set_access(DevicePtr va, std::size_t size) override {
     return upstream_->set_access(va, size);
   }
+  Status export_chunk(ChunkHandle chunk, int* fd) override {
+    return upstream_->export_chunk(chunk, fd);
+  }
+  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override {
+    return upstream_->import_chunk(fd, size, chunk);
+  }
 
   Status stream_create(StreamHandle* stream) override { return upstream_->stream_create(stream); }
   Status stream_destroy(StreamHandle stream) override { return upstream_->stream_destroy(stream); }

@@ -41,6 +41,8 @@ struct Driver {
   PFN_cuMemMap_v10020 cuMemMap = nullptr;
   PFN_cuMemUnmap_v10020 cuMemUnmap = nullptr;
   PFN_cuMemSetAccess_v10020 cuMemSetAccess = nullptr;
+  PFN_cuMemExportToShareableHandle_v10020 cuMemExportToShareableHandle = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 cuMemImportFromShareableHandle = nullptr;
 };
 
 Driver g_driver;
@@ -80,7 +82,9 @@ const Driver* driver() {
          resolve("cuMemCreate", &d.cuMemCreate) && resolve("cuMemRelease", &d.cuMemRelease) &&
          resolve("cuMemAddressReserve", &d.cuMemAddressReserve) &&
          resolve("cuMemAddressFree", &d.cuMemAddressFree) && resolve("cuMemMap", &d.cuMemMap) &&
-         resolve("cuMemUnmap", &d.cuMemUnmap) && resolve("cuMemSetAccess", &d.cuMemSetAccess);
+         resolve("cuMemUnmap", &d.cuMemUnmap) && resolve("cuMemSetAccess", &d.cuMemSetAccess) &&
+         resolve("cuMemExportToShareableHandle", &d.cuMemExportToShareableHandle) &&
+         resolve("cuMemImportFromShareableHandle", &d.cuMemImportFromShareableHandle);
   });
   return ok ? &g_driver : nullptr;
 }
@@ -143,13 +147,14 @@ unsigned long long ull(std::uint64_t v) {
   return static_cast<unsigned long long>(v);
 }
 
-CUmemAllocationProp chunk_prop(int device) {
+CUmemAllocationProp chunk_prop(int device, bool shareable) {
   CUmemAllocationProp prop;
   std::memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.requestedHandleTypes =
+      shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   return prop;
 }
 
@@ -259,7 +264,8 @@ std::vector<int> resolve_peers(int device, int count, std::uint64_t mask) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
+CudaBackend::CudaBackend(CudaBackendOptions options)
+    : device_(options.device), shareable_(options.shareable) {
   const int n = device_count();
   if (n == 0) {
     throw backend_error(
@@ -301,7 +307,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
     if (guard.status() != Status::ok) {
       error = detail::thread_last_error();
     } else {
-      const CUmemAllocationProp prop = chunk_prop(device_);
+      const CUmemAllocationProp prop = chunk_prop(device_, shareable_);
       std::size_t g = 0;
       r = d->cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
       std::size_t free_bytes = 0, total_bytes = 0;
@@ -402,7 +408,7 @@ Status CudaBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
     ContextGuard guard(*this);
     guard_status = guard.status();
     if (guard_status == Status::ok) {
-      const CUmemAllocationProp prop = chunk_prop(device_);
+      const CUmemAllocationProp prop = chunk_prop(device_, shareable_);
       r = g_driver.cuMemCreate(&handle, size, &prop, 0);
     }
   }
@@ -417,6 +423,60 @@ Status CudaBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
                 cu_name(r));
   }
   chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  *chunk = static_cast<ChunkHandle>(handle);
+  return Status::ok;
+}
+
+Status CudaBackend::export_chunk(ChunkHandle chunk, int* fd) {
+  if (fd == nullptr)
+    return fail(Status::invalid_argument, "cuda: export_chunk: null output pointer");
+  if (!shareable_) {
+    return fail(Status::not_supported,
+                "cuda: export_chunk(chunk=%#llx): chunks were not created shareable (set "
+                "shareable:true)",
+                ull(chunk));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (chunks_.count(chunk) == 0) {
+      return fail(Status::invalid_argument, "cuda: export_chunk(chunk=%#llx): unknown chunk handle",
+                  ull(chunk));
+    }
+  }
+  MEMLAKE_CUDA_GUARD();
+  int out = -1;
+  const CUresult r =
+      g_driver.cuMemExportToShareableHandle(&out, static_cast<CUmemGenericAllocationHandle>(chunk),
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    return fail(cu_status(r), "cuda: cuMemExportToShareableHandle(chunk=%#llx) failed: %s",
+                ull(chunk), cu_name(r));
+  }
+  *fd = out;
+  return Status::ok;
+}
+
+Status CudaBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
+  if (chunk == nullptr)
+    return fail(Status::invalid_argument, "cuda: import_chunk: null output pointer");
+  if (size == 0 || size % granularity_ != 0) {
+    return fail(Status::invalid_argument,
+                "cuda: import_chunk(fd=%d, size=%zu): size must be a positive multiple of the "
+                "granularity %zu",
+                fd, size, granularity_);
+  }
+  MEMLAKE_CUDA_GUARD();
+  CUmemGenericAllocationHandle handle = 0;
+  const CUresult r = g_driver.cuMemImportFromShareableHandle(
+      &handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) {
+    return fail(cu_status(r), "cuda: cuMemImportFromShareableHandle(fd=%d) failed: %s", fd,
+                cu_name(r));
+  }
+  std::lock_guard lock(mutex_);
+  chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  physical_bytes_ += size;
   *chunk = static_cast<ChunkHandle>(handle);
   return Status::ok;
 }

@@ -31,6 +31,8 @@ struct CudaBackendOptions {
   // Devices (bit d: device d) granted read/write access to every mapping;
   // all bits: every device that can access this one peer to peer.
   std::uint64_t peer_access = 0;
+  // Chunks are created exportable as POSIX file descriptors (export_chunk).
+  bool shareable = false;
 };
 
 class CudaBackend final : public Backend {
@@ -61,6 +63,8 @@ class CudaBackend final : public Backend {
   Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
   Status unmap(DevicePtr va, std::size_t size) override;
   Status set_access(DevicePtr va, std::size_t size) override;
+  Status export_chunk(ChunkHandle chunk, int* fd) override;
+  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override;
 
   Status stream_create(StreamHandle* stream) override;
   Status stream_destroy(StreamHandle stream) override;
@@ -85,6 +89,7 @@ class CudaBackend final : public Backend {
   std::size_t capacity_ = 0;
   std::size_t total_memory_ = 0;
   std::vector<int> peers_;
+  bool shareable_ = false;
 
   mutable std::mutex mutex_;        // guards the two below
   std::size_t physical_bytes_ = 0;  // includes creations in flight

@@ -3,7 +3,9 @@
 // they are known to be valid, so a rejected call leaves no trace.
 #include "backend/host/host_backend.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -236,6 +238,56 @@ Status HostBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
     *chunk = handle;
   }
   simulate(VmmOp::create);
+  return Status::ok;
+}
+
+// A chunk is a memfd: its export is a duplicate descriptor (inherited
+// across exec, unlike the backend's own), its import a duplicate kept here.
+Status HostBackend::export_chunk(ChunkHandle chunk, int* fd) {
+  if (fd == nullptr)
+    return fail(Status::invalid_argument, "host: export_chunk: null output pointer");
+  std::lock_guard lock(vm_mutex_);
+  auto it = chunks_.find(chunk);
+  if (it == chunks_.end()) {
+    return fail(Status::invalid_argument, "host: export_chunk(chunk=%llu): unknown chunk handle",
+                ull(chunk));
+  }
+  const int copy = ::dup(it->second.fd);
+  if (copy < 0) {
+    const int err = errno;
+    return fail(Status::error, "host: export_chunk(chunk=%llu): dup failed: %s", ull(chunk),
+                std::strerror(err));
+  }
+  *fd = copy;
+  return Status::ok;
+}
+
+Status HostBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
+  if (chunk == nullptr)
+    return fail(Status::invalid_argument, "host: import_chunk: null output pointer");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    return fail(Status::invalid_argument, "host: import_chunk(fd=%d): not an open file: %s", fd,
+                std::strerror(err));
+  }
+  if (size == 0 || !is_aligned(size, options_.granularity) ||
+      static_cast<std::size_t>(st.st_size) != size) {
+    return fail(Status::invalid_argument,
+                "host: import_chunk(fd=%d, size=%zu): the file holds %lld bytes; a chunk is a "
+                "positive multiple of the granularity %zu, imported whole",
+                fd, size, static_cast<long long>(st.st_size), options_.granularity);
+  }
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    const int err = errno;
+    return fail(Status::error, "host: import_chunk(fd=%d): dup failed: %s", fd, std::strerror(err));
+  }
+  std::lock_guard lock(vm_mutex_);
+  const ChunkHandle handle = next_chunk_++;
+  chunks_.emplace(handle, Chunk{copy, size, 0});
+  physical_bytes_ += size;
+  *chunk = handle;
   return Status::ok;
 }
 

@@ -56,6 +56,8 @@ class HostBackend final : public Backend {
   Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
   Status unmap(DevicePtr va, std::size_t size) override;
   Status set_access(DevicePtr va, std::size_t size) override;
+  Status export_chunk(ChunkHandle chunk, int* fd) override;
+  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override;
 
   Status stream_create(StreamHandle* stream) override;
   Status stream_destroy(StreamHandle stream) override;
