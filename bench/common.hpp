@@ -7,6 +7,7 @@
 // so the binary runs everywhere.
 #pragma once
 
+#include <cstdlib>
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -58,8 +59,11 @@ inline double seconds_since(Clock::time_point start) {
 }
 
 // A config of memlake over the given backend with the defaults otherwise.
+// The defaults, with MEMLAKE_BENCH_CONF ("key:value,...") on top, so a run
+// can compare settings.
 inline Config memlake_config(BackendKind backend, std::size_t max_chunk = 2 * MiB) {
   Config c;
+  if (const char* conf = std::getenv("MEMLAKE_BENCH_CONF")) c.apply(conf);
   c.backend = backend;
   c.max_chunk = max_chunk;
   return c;

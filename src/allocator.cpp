@@ -61,7 +61,7 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
     : config_(config),
       backend_(wrap_counting(std::move(backend), &counting_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
-      scheduler_(*backend_, stats_, config_.free_batch),
+      scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes),
       worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {

@@ -77,6 +77,8 @@ constexpr std::array kOptions = {
          "a stream may take another stream's pending free block through a GPU-side wait"},
   Option{"free_batch", &Config::free_batch, Unit::integer, 1, 65536, false,
          "frees on one stream that share one event"},
+  Option{"free_batch_bytes", &Config::free_batch_bytes, Unit::size, 0, kNoLimit, false,
+         "a batch of frees also closes once it holds this many bytes; 0: by count only"},
   Option{"worker", &Config::worker, Unit::choice, 0, 0, false,
          "background mapping worker: thread, inline (the same jobs at the same points on the "
          "allocating thread, reproducible), or off"},

@@ -7,8 +7,12 @@
 
 namespace memlake {
 
-StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch)
-    : backend_(backend), stats_(stats), free_batch_(free_batch == 0 ? 1 : free_batch) {}
+StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
+                                 std::size_t free_batch_bytes)
+    : backend_(backend),
+      stats_(stats),
+      free_batch_(free_batch == 0 ? 1 : free_batch),
+      free_batch_bytes_(free_batch_bytes) {}
 
 StreamScheduler::~StreamScheduler() {
   auto drop = [](StreamState& st) {
@@ -74,7 +78,9 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
     st.open.push_back(p);
     st.by_size.emplace(block.size, p);
     p->indexed = true;
-    if (st.open.size() >= free_batch_) close_batch(stream, st);
+    st.open_bytes += block.size;
+    if (st.open.size() >= free_batch_ || (free_batch_bytes_ != 0 && st.open_bytes >= free_batch_bytes_))
+      close_batch(stream, st);
   } else {
     // record_stream blocks wait for every stream they were used on; they are
     // rare, so each gets its own events.
@@ -111,6 +117,7 @@ void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
   st.closed.push_back(Batch{e, std::move(st.open)});
   ++closed_count_;
   st.open.clear();
+  st.open_bytes = 0;
 }
 
 void StreamScheduler::close_open_batches() {

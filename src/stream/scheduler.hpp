@@ -31,7 +31,8 @@ class StreamScheduler {
     std::size_t size = 0;  // the lake block's rounded size
   };
 
-  StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch);
+  StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
+                  std::size_t free_batch_bytes = 0);
   ~StreamScheduler();
   StreamScheduler(const StreamScheduler&) = delete;
   StreamScheduler& operator=(const StreamScheduler&) = delete;
@@ -86,6 +87,7 @@ class StreamScheduler {
   };
   struct StreamState {
     std::vector<Pending*> open;
+    std::size_t open_bytes = 0;  // of the open batch
     std::deque<Batch> closed;
     std::multimap<std::size_t, Pending*> by_size;  // reusable on this stream
   };
@@ -102,6 +104,7 @@ class StreamScheduler {
   Backend& backend_;
   Stats& stats_;
   std::size_t free_batch_;
+  std::size_t free_batch_bytes_;
   std::unordered_map<StreamHandle, StreamState> streams_;
   std::vector<StreamState> retired_;  // forgotten streams with batches in flight
   std::vector<Pending*> tagged_;      // blocks with record_stream events

@@ -36,6 +36,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "max_stitch_chunks",
                                         "cross_stream_wait",
                                         "free_batch",
+                                        "free_batch_bytes",
                                         "worker",
                                         "reserve",
                                         "shareable",
@@ -45,7 +46,7 @@ const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
     "host_simulate_latency, "
     "small_max, max_chunk, fit_slack, stitch_cache_ratio, max_stitch_chunks, cross_stream_wait, "
-    "free_batch, worker, reserve, shareable, on_misuse";
+    "free_batch, free_batch_bytes, worker, reserve, shareable, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)
@@ -123,6 +124,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.worker, b.worker);
   EXPECT_EQ(a.reserve, b.reserve);
   EXPECT_EQ(a.shareable, b.shareable);
+  EXPECT_EQ(a.free_batch_bytes, b.free_batch_bytes);
 }
 
 TEST(Options, EveryKeyParses) {
@@ -489,7 +491,7 @@ TEST(Options, DescribeValuesParseBack) {
       "backend:cuda,device:5,capacity:1536M,capacity_fraction:0.3,host_granularity:8K,"
       "host_simulate_latency:yes,small_max:12345,max_chunk:3G,fit_slack:0.1,"
       "stitch_cache_ratio:0.7,max_stitch_chunks:99,cross_stream_wait:0,free_batch:3,"
-      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on");
+      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on,free_batch_bytes:8M");
   std::string conf;
   for (const std::string& line : lines_of(original.describe())) {
     conf += line.substr(0, line.find(' '));
