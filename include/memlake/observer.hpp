@@ -9,6 +9,7 @@
 namespace memlake {
 
 enum class AllocPath : int { stream_cache, exact, split, stitch, fresh, reclaim };
+inline constexpr int kAllocPathCount = 6;
 const char* alloc_path_name(AllocPath p);
 
 class Observer {

@@ -58,6 +58,14 @@ class ProgressBar {
   std::size_t step_ = 1;
 };
 
+// Remembers the path of the last allocation, so each timed call can be
+// attributed to the rung of the ladder that served it.
+class PathRecorder final : public Observer {
+ public:
+  void on_alloc(void*, std::size_t, void*, AllocPath path) override { last = path; }
+  AllocPath last = AllocPath::stream_cache;
+};
+
 std::string where(const Trace& t, std::size_t i) {
   return t.path + ":" + std::to_string(t.lines[i]) + ": ";
 }
@@ -117,7 +125,11 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   live.reserve(4096);
   std::vector<std::uint32_t> alloc_ns;
   std::vector<std::uint32_t> free_ns;
+  std::vector<std::uint8_t> alloc_path;
+  PathRecorder recorder;
   if (setup.timing) {
+    alloc.add_observer(&recorder);
+    alloc_path.reserve(n / 2 + 1);
     alloc_ns.reserve(n / 2 + 1);
     free_ns.reserve(n / 2 + 1);
   }
@@ -132,6 +144,7 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   std::size_t i = 0;
   std::int64_t critical_at_tenth = 0;
   std::size_t allocs_at_tenth = 0;
+  std::size_t allocs_at_warmup = 0;
   auto close_tenth = [&] {
     const std::int64_t now = alloc.stats().critical_path_vmm_calls.current;
     r.critical_path_by_tenth.push_back(now - critical_at_tenth);
@@ -141,7 +154,10 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
     allocs_at_tenth = alloc_ns.size();
   };
   for (; i < n; ++i) {
-    if (i == warm) r.warmup = alloc.stats();
+    if (i == warm) {
+      r.warmup = alloc.stats();
+      allocs_at_warmup = alloc_ns.size();
+    }
     if (i > 0 && i * 10 / n != (i - 1) * 10 / n) close_tenth();
     const Event& e = t.events[i];
     if (e.op == TraceOp::alloc) {
@@ -160,7 +176,10 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
       }
       const Clock::time_point t1 = Clock::now();
       ptr[i] = p;
-      if (setup.timing) alloc_ns.push_back(ns_between(t0, t1));
+      if (setup.timing) {
+        alloc_ns.push_back(ns_between(t0, t1));
+        alloc_path.push_back(static_cast<std::uint8_t>(recorder.last));
+      }
       // An allocator that hands out a live address is broken; say so here
       // rather than at some later free.
       if (auto [it, fresh] = live.try_emplace(p, i); !fresh) {
@@ -206,6 +225,15 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   }
   for (Stream s : created) alloc.destroy_stream(s);
 
+  if (setup.timing) alloc.remove_observer(&recorder);
+  if (warm >= i) allocs_at_warmup = alloc_ns.size();  // warm-up never ended
+  std::array<std::vector<std::uint32_t>, kAllocPathCount> by_path;
+  for (std::size_t k = allocs_at_warmup; k < alloc_ns.size(); ++k)
+    by_path[alloc_path[k]].push_back(alloc_ns[k]);
+  for (int p = 0; p < kAllocPathCount; ++p)
+    r.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
+  r.alloc_ns_after_warmup = percentiles(std::vector<std::uint32_t>(
+      alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_warmup), alloc_ns.end()));
   std::vector<std::uint32_t> all = alloc_ns;
   all.insert(all.end(), free_ns.begin(), free_ns.end());
   r.alloc_ns = percentiles(std::move(alloc_ns));

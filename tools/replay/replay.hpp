@@ -4,6 +4,7 @@
 // smallest-capacity search.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "gmlake_policy.hpp"
 #include "memlake/config.hpp"
+#include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
 #include "trace/trace.hpp"
 
@@ -76,6 +78,10 @@ struct MemlakeResult {
   // (a new phase of the training run, or its steady state).
   std::vector<std::int64_t> critical_path_by_tenth;
   std::vector<Percentiles> alloc_ns_by_tenth;
+  // Allocations after warm-up, all and by the path that served them: which
+  // rung of the ladder the slow tail comes from.
+  Percentiles alloc_ns_after_warmup;
+  std::array<Percentiles, kAllocPathCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket

@@ -146,6 +146,10 @@ std::string stats_json(const Stats& s) {
   return j.done();
 }
 
+std::string percentiles_json(const Percentiles& p) {
+  return Json().key("count").u(p.count).key("median").u(p.median).key("p99").u(p.p99).done();
+}
+
 std::string gmlake_json(const TraceReport& r) {
   const GmlakeResult& g = r.gmlake;
   const GmlakeCounters& c = g.counters;
@@ -268,6 +272,19 @@ void print_table(std::FILE* out, const TraceReport& r) {
     }
     if (!m.alloc_ns_by_tenth.empty())
       line(out, "  by tenth", p99s + " (allocate p99 ns in each tenth)");
+    if (m.alloc_ns_after_warmup.count) {
+      std::string by_path;
+      for (int p = 0; p < kAllocPathCount; ++p) {
+        const Percentiles& q = m.alloc_ns_after_warmup_by_path[p];
+        if (!q.count) continue;
+        by_path += std::string(by_path.empty() ? "" : ", ") +
+                   alloc_path_name(static_cast<AllocPath>(p)) + " " + count(q.count) + " x " +
+                   count(q.median) + "/" + count(q.p99);
+      }
+      line(out, "after warm-up",
+           "allocate median/p99 ns " + count(m.alloc_ns_after_warmup.median) + "/" +
+               count(m.alloc_ns_after_warmup.p99) + "; by path " + by_path);
+    }
     line(out, "worker",
          count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
              " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
@@ -367,6 +384,12 @@ std::string json_line(const TraceReport& r) {
       p99s += std::to_string(p.p99);
     }
     j.key("alloc_ns_p99_by_tenth").raw("[" + p99s + "]");
+    j.key("alloc_ns_after_warmup").raw(percentiles_json(m.alloc_ns_after_warmup));
+    Json by_path;
+    for (int p = 0; p < kAllocPathCount; ++p)
+      by_path.key(alloc_path_name(static_cast<AllocPath>(p)))
+          .raw(percentiles_json(m.alloc_ns_after_warmup_by_path[p]));
+    j.key("alloc_ns_after_warmup_by_path").raw(by_path.done());
     j.key("stitches").i(s.stitches.current).key("ooms").i(s.ooms.current);
     Json paths;
     paths.key("stream_cache").i(s.path_stream_cache.current).key("exact").i(s.path_exact.current);
