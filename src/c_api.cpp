@@ -10,6 +10,8 @@
 // destroys them; it must not race with other calls.
 #include "memlake/memlake.h"
 
+#include "c_api_table.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -26,20 +28,22 @@
 #include "memlake/errors.hpp"
 #include "memlake/stats.hpp"
 
-namespace memlake {
+namespace memlake::c_api {
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr const char* kShutdownMessage = "memlake: called after memlake_shutdown()";
 
 std::atomic<Allocator*> g_allocators[kMaxDevices];
 std::atomic<bool> g_shut_down{false};
 std::mutex g_table_mutex;
+double g_capacity_fraction[kMaxDevices];  // set before first use; under the table lock
 
 // A fixed buffer rather than a std::string: setting it cannot fail (an
 // out-of-memory report must not need memory) and there is no thread-exit
 // destructor to outlive.
 thread_local char t_last_error[1024];
+
+}  // namespace
 
 void set_error(std::string_view message) {
   const std::size_t n = std::min(message.size(), sizeof t_last_error - 1);
@@ -47,17 +51,12 @@ void set_error(std::string_view message) {
   t_last_error[n] = '\0';
 }
 
-template <class R, class F>
-R guarded(R on_error, F&& body) {
+void clear_error() {
   t_last_error[0] = '\0';
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    set_error(e.what());
-  } catch (...) {
-    set_error("memlake: unknown exception");
-  }
-  return on_error;
+}
+
+const char* last_error() {
+  return t_last_error;
 }
 
 void check_open() {
@@ -71,7 +70,6 @@ void check_device(const char* function, int device) {
   }
 }
 
-// The device's allocator if one was created, else nullptr.
 Allocator* existing(int device) {
   return g_allocators[device].load(std::memory_order_acquire);
 }
@@ -85,6 +83,10 @@ Allocator& get_or_create(int device) {
   try {
     Config config = Config::from_env();
     config.device = device;
+    if (g_capacity_fraction[device] > 0) {  // set by the program: it wins over the environment
+      config.capacity = 0;
+      config.capacity_fraction = g_capacity_fraction[device];
+    }
     created = std::make_unique<Allocator>(config);
   } catch (const error& e) {
     throw error("memlake: cannot create the allocator for device " + std::to_string(device) + ": " +
@@ -95,6 +97,29 @@ Allocator& get_or_create(int device) {
   return *a;
 }
 
+void set_capacity_fraction(int device, double fraction) {
+  if (!(fraction > 0 && fraction <= 1))
+    throw misuse("memory fraction " + std::to_string(fraction) + " is not in (0, 1]");
+  std::lock_guard lock(g_table_mutex);
+  check_open();
+  if (g_allocators[device].load(std::memory_order_relaxed) != nullptr) {
+    throw misuse("memlake: the memory fraction of device " + std::to_string(device) +
+                 " must be set before its first allocation (or give capacity_fraction in "
+                 "MEMLAKE_CONF)");
+  }
+  g_capacity_fraction[device] = fraction;
+}
+
+int owner_elsewhere(const void* ptr, int device) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const Allocator* a = d == device ? nullptr : existing(d);
+    if (a != nullptr && a->owns(ptr)) return d;
+  }
+  return -1;
+}
+
+namespace {
+
 std::string pointer_text(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
@@ -104,15 +129,6 @@ std::string pointer_text(const void* p) {
 [[noreturn]] void no_allocator(const char* function, const void* ptr, int device) {
   throw misuse(std::string(function) + ": unknown pointer " + pointer_text(ptr) + ": nothing was " +
                "allocated on device " + std::to_string(device));
-}
-
-// The device whose allocator holds `ptr` live, other than `device`; -1 if none.
-int owner_elsewhere(const void* ptr, int device) {
-  for (int d = 0; d < kMaxDevices; ++d) {
-    const Allocator* a = d == device ? nullptr : existing(d);
-    if (a != nullptr && a->owns(ptr)) return d;
-  }
-  return -1;
 }
 
 // Runs op(allocator of `device`) for a pointer the caller holds. A pointer of
@@ -146,9 +162,10 @@ Stats device_stats(int device) {
 }
 
 }  // namespace
-}  // namespace memlake
+}  // namespace memlake::c_api
 
 using namespace memlake;
+using namespace memlake::c_api;
 
 extern "C" {
 
@@ -264,7 +281,17 @@ void memlake_reset_peak_stats(int device) {
 }
 
 const char* memlake_last_error(void) {
-  return t_last_error;
+  return last_error();
+}
+
+int memlake_config_check(const char* conf) {
+  return guarded(-1, [&] {
+    if (conf == nullptr)
+      (void)Config::from_env();
+    else
+      (void)Config::parse(conf);
+    return 0;
+  });
 }
 
 void memlake_options_print(void) {
@@ -286,7 +313,7 @@ void memlake_options_print(void) {
     std::fputs(text.c_str(), stderr);
     return 0;
   });
-  if (rc != 0) std::fprintf(stderr, "%s\n", t_last_error);
+  if (rc != 0) std::fprintf(stderr, "%s\n", last_error());
 }
 
 void memlake_shutdown(void) {

@@ -47,6 +47,10 @@ int memlake_get_stats_json(int device, char* buf, size_t len);
 void memlake_reset_peak_stats(int device);
 /* The last error on this thread, "" if none. */
 const char* memlake_last_error(void);
+/* 0 if the configuration text ("key:value,...", as in MEMLAKE_CONF) is
+ * valid, -1 if not (memlake_last_error names the key or value). NULL checks
+ * the environment (MEMLAKE_CONF and MEMLAKE_<KEY>). */
+int memlake_config_check(const char* conf);
 /* Prints the options in use to stderr. */
 void memlake_options_print(void);
 /* Destroys every allocator; later calls fail with an error. */

@@ -237,6 +237,16 @@ TEST_F(CApi, RecordStream) {
   EXPECT_NE(last_error().find("unknown pointer"), std::string::npos) << last_error();
 }
 
+TEST_F(CApi, ConfigCheckNamesTheBadKeyOrValue) {
+  EXPECT_EQ(memlake_config_check("backend:host,capacity:1G"), 0) << last_error();
+  EXPECT_EQ(last_error(), "");
+  EXPECT_EQ(memlake_config_check("backend:host,capacty:1G"), -1);
+  EXPECT_NE(last_error().find("capacty"), std::string::npos) << last_error();
+  EXPECT_EQ(memlake_config_check("capacity:lots"), -1);
+  EXPECT_NE(last_error().find("lots"), std::string::npos) << last_error();
+  EXPECT_EQ(memlake_config_check(nullptr), 0) << last_error();
+}
+
 TEST_F(CApi, StatsVersionAndSize) {
   memlake_stats s{};
   s.version = MEMLAKE_STATS_VERSION + 1;

@@ -1,0 +1,74 @@
+// The PyTorch hooks (memlake/torch_hooks.h): the C API's table with errors
+// thrown to the caller, which is PyTorch's C++ and reports them in Python.
+#include <cstdio>
+#include <string>
+
+#include "c_api_table.hpp"
+#include "memlake/errors.hpp"
+#include "memlake/memlake.h"
+#include "memlake/torch_hooks.h"
+
+using namespace memlake;
+using namespace memlake::c_api;
+
+namespace {
+
+// Keeps memlake_last_error() in step with what is thrown.
+template <class F>
+auto reporting(F&& body) {
+  clear_error();
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void* memlake_torch_malloc(size_t size, int device, void* stream) {
+  return reporting([&] {
+    check_open();
+    check_device("memlake_torch_malloc", device);
+    return get_or_create(device).allocate(size, stream);
+  });
+}
+
+void memlake_torch_free(void* ptr, size_t size, int device, void* stream) {
+  memlake_free(ptr, size, device, stream);
+  if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
+}
+
+void memlake_torch_record_stream(void* ptr, void* stream) {
+  reporting([&] {
+    check_open();
+    const int device = owner_elsewhere(ptr, -1);
+    if (device < 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "memlake: record_stream: %p is not a live allocation of any device", ptr);
+      throw misuse(buf);
+    }
+    existing(device)->record_stream(ptr, stream);
+  });
+}
+
+void memlake_torch_empty_cache(void) {
+  reporting([&] {
+    check_open();
+    for (int d = 0; d < kMaxDevices; ++d)
+      if (Allocator* a = existing(d)) a->empty_cache();
+  });
+}
+
+void memlake_torch_set_memory_fraction(double fraction, int device) {
+  reporting([&] {
+    check_device("memlake_torch_set_memory_fraction", device);
+    set_capacity_fraction(device, fraction);
+  });
+}
+
+}  // extern "C"
