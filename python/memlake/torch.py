@@ -1,0 +1,112 @@
+"""memlake for PyTorch: one call switches a program's CUDA memory to memlake.
+
+    import memlake.torch
+    memlake.torch.enable()                     # before the first CUDA tensor
+    ...                                        # the training code, unchanged
+    print(memlake.torch.max_memory_reserved())
+
+enable() installs libmemlake.so as PyTorch's CUDA allocator through
+torch.cuda.memory.CUDAPluggableAllocator, with memlake's hooks for
+Tensor.record_stream, torch.cuda.empty_cache and
+torch.cuda.set_per_process_memory_fraction (before the device's first
+allocation). An allocation memlake cannot serve raises RuntimeError with
+memlake's out-of-memory report (requested, live, reserved, largest free
+block, capacity), and the allocator stays usable.
+
+PyTorch's own memory statistics (torch.cuda.memory_reserved() and the like)
+do not cover pluggable allocators: the functions here give memlake's.
+"""
+
+import os
+
+import torch
+
+from . import _native
+from . import stats as _stats
+
+__all__ = [
+    "enable", "is_enabled", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved", "reset_peak_memory_stats", "stats",
+]
+
+_allocator = None
+
+
+def is_enabled():
+    return _allocator is not None
+
+
+def enable(conf=None, library=None):
+    """Makes memlake PyTorch's CUDA allocator for this process.
+
+    conf: memlake options, "key:value,..." (see docs/configuration.md); they
+    are added to MEMLAKE_CONF for this process, after what it already holds.
+    library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
+    package, or the source tree's build/).
+
+    Must run before the first CUDA tensor is created: PyTorch cannot change
+    allocators after that. Calling it again with the same arguments does
+    nothing.
+    """
+    global _allocator
+    if _allocator is not None:
+        return _allocator
+    lib = _native.load(library)
+    if conf:
+        merged = ",".join(x for x in (os.environ.get("MEMLAKE_CONF"), conf) if x)
+        if lib.memlake_config_check(merged.encode()) != 0:
+            raise ValueError(_native.last_error())
+        os.environ["MEMLAKE_CONF"] = merged
+    elif lib.memlake_config_check(None) != 0:
+        raise ValueError(_native.last_error())
+    pluggable = torch.cuda.memory.CUDAPluggableAllocator(
+        str(_native.path()), "memlake_torch_malloc", "memlake_torch_free")
+    hooks = pluggable.allocator()
+    hooks.set_record_stream_fn(_native.function_address("memlake_torch_record_stream"))
+    hooks.set_reset_fn(_native.function_address("memlake_torch_empty_cache"))
+    hooks.set_memory_fraction_fn(_native.function_address("memlake_torch_set_memory_fraction"))
+    try:
+        torch.cuda.memory.change_current_allocator(pluggable)
+    except RuntimeError as e:
+        raise RuntimeError(
+            "memlake.torch.enable() must run before the first CUDA tensor is created "
+            "(PyTorch: %s)" % e) from None
+    _allocator = pluggable
+    return pluggable
+
+
+def _device_index(device):
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def stats(device=None):
+    """All of memlake's statistics for the device (default: the current one)."""
+    return _stats(_device_index(device))
+
+
+def memory_reserved(device=None):
+    """Physical bytes memlake holds on the device (like torch.cuda.memory_reserved)."""
+    return stats(device)["reserved_bytes"]["current"]
+
+
+def max_memory_reserved(device=None):
+    return stats(device)["reserved_bytes"]["peak"]
+
+
+def memory_allocated(device=None):
+    """Bytes of live tensors as requested (like torch.cuda.memory_allocated)."""
+    return stats(device)["requested_bytes"]["current"]
+
+
+def max_memory_allocated(device=None):
+    return stats(device)["requested_bytes"]["peak"]
+
+
+def reset_peak_memory_stats(device=None):
+    from . import reset_peak_stats
+    reset_peak_stats(_device_index(device))

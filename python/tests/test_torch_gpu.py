@@ -1,0 +1,139 @@
+"""memlake.torch on a GPU: each test runs a child Python process (PyTorch
+picks its allocator once per process) that switches to memlake with
+enable() and checks what the program sees. Skips without torch or a GPU."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+from pathlib import Path
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    import torch
+    HAVE_GPU = torch.cuda.is_available()
+except ImportError:
+    HAVE_GPU = False
+
+
+def run_child(body, env=None):
+    code = "import sys; sys.path.insert(0, %r)\n" % str(PYTHON_DIR) + textwrap.dedent(body)
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=300)
+
+
+@unittest.skipUnless(HAVE_GPU, "needs torch with a CUDA GPU")
+class TorchOnMemlake(unittest.TestCase):
+    def check(self, body, env=None):
+        r = run_child(body, env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def test_tensors_read_back_intact_and_stats_follow(self):
+        out = self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            n = 50_000_000
+            x = torch.arange(n, device="cuda", dtype=torch.int64)
+            assert memlake.torch.memory_allocated() >= 8 * n
+            ys = [torch.full((1 << k,), k, device="cuda", dtype=torch.int32) for k in range(4, 26)]
+            for k, y in zip(range(4, 26), ys):
+                assert int(y.sum()) == k * (1 << k), k
+            assert int(x.sum()) == n * (n - 1) // 2
+            a = torch.randn(2048, 2048, device="cuda")
+            b = torch.randn(2048, 2048, device="cuda")
+            assert torch.allclose((a @ b).cpu(), a.cpu() @ b.cpu(), rtol=1e-3, atol=1e-2)
+            s = memlake.torch.stats()
+            assert s["host_waits"] == 0, s["host_waits"]
+            print("reserved", memlake.torch.memory_reserved(), "peak", memlake.torch.max_memory_reserved())
+        """)
+        self.assertIn("reserved", out)
+
+    def test_out_of_memory_is_a_runtime_error_and_memlake_stays_usable(self):
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable("capacity:2G")
+            keep = torch.ones(256 << 20, device="cuda", dtype=torch.uint8)
+            try:
+                torch.empty(4 << 30, device="cuda", dtype=torch.uint8)
+                raise SystemExit("4 GiB fit in a 2 GiB memlake")
+            except RuntimeError as e:
+                assert "out of memory" in str(e), str(e)
+                assert "capacity" in str(e), str(e)
+            y = torch.full((512 << 20,), 3, device="cuda", dtype=torch.uint8)
+            assert bool(torch.all(y == 3))
+            assert bool(torch.all(keep == 1))
+        """)
+
+    def test_record_stream_keeps_a_block_until_the_other_stream_is_done(self):
+        # The side stream sleeps, then adds 1 to x. x is freed on the default
+        # stream meanwhile; y (same size) must not get x's memory before the
+        # add ran, or y's 7s become 8s.
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            n = 64 << 20
+            x = torch.zeros(n // 4, device="cuda", dtype=torch.int32)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(200_000_000)
+                x.add_(1)
+            x.record_stream(side)
+            del x
+            y = torch.full((n // 4,), 7, device="cuda", dtype=torch.int32)
+            torch.cuda.synchronize()
+            assert int((y == 7).sum()) == n // 4, "y was overwritten by the side stream's add"
+            assert memlake.torch.stats()["host_waits"] == 0
+        """)
+
+    def test_empty_cache_returns_memory(self):
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            xs = [torch.empty(s << 20, device="cuda", dtype=torch.uint8) for s in (3, 70, 300)]
+            del xs
+            torch.cuda.synchronize()
+            assert memlake.torch.memory_reserved() > 0
+            torch.cuda.empty_cache()
+            assert memlake.torch.memory_reserved() == 0, memlake.torch.memory_reserved()
+        """)
+
+    def test_memory_fraction_before_first_use_limits_capacity(self):
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            torch.cuda.set_per_process_memory_fraction(0.05)
+            total = torch.cuda.get_device_properties(0).total_memory
+            x = torch.empty(int(total * 0.03), device="cuda", dtype=torch.uint8)
+            try:
+                torch.empty(int(total * 0.04), device="cuda", dtype=torch.uint8)
+                raise SystemExit("the fraction did not limit memlake")
+            except RuntimeError as e:
+                assert "out of memory" in str(e), str(e)
+        """)
+
+    def test_enable_after_cuda_use_explains_itself(self):
+        r = run_child("""
+            import torch, memlake.torch
+            torch.ones(1, device="cuda")
+            memlake.torch.enable()
+        """)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("must run before the first CUDA tensor", r.stderr)
+
+    def test_bad_option_is_a_value_error_naming_it(self):
+        r = run_child("""
+            import memlake.torch
+            memlake.torch.enable("capacty:2G")
+        """)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("ValueError", r.stderr)
+        self.assertIn("capacty", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
