@@ -50,6 +50,13 @@ std::string gib(std::size_t bytes) {
   return buf;
 }
 
+std::unique_ptr<TraceRecorder> make_recorder(const Config& c, ObserverList& observers) {
+  if (c.record.empty()) return nullptr;
+  auto r = std::make_unique<TraceRecorder>(c.record, c.device);
+  observers.add(r.get());
+  return r;
+}
+
 void fix_gauge(StatValue&) {}
 void fix_counter(StatValue& v) {
   v.peak = v.current;
@@ -60,6 +67,7 @@ void fix_counter(StatValue& v) {
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
     : config_(config),
       backend_(wrap_counting(std::move(backend), &counting_)),
+      recorder_(make_recorder(config_, observers_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
       scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes),
       worker_(mutex_, lake_, config_.worker) {}

@@ -23,6 +23,7 @@
 #include "memlake/sharing.hpp"
 #include "observers.hpp"
 #include "stream/scheduler.hpp"
+#include "trace/recorder.hpp"
 #include "worker/mapping_worker.hpp"
 
 namespace memlake {
@@ -81,6 +82,7 @@ class AllocatorImpl {
   mutable std::mutex mutex_;
   mutable Stats stats_;
   ObserverList observers_;
+  std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
   lake::Lake lake_;
   StreamScheduler scheduler_;
   std::unordered_map<DevicePtr, LiveBlock> live_;

@@ -24,11 +24,11 @@ namespace memlake {
 
 namespace {
 
-enum class Unit { size, integer, number, flag, choice, devices };
+enum class Unit { size, integer, number, flag, choice, devices, path };
 
 using Field = std::variant<std::size_t Config::*, int Config::*, double Config::*, bool Config::*,
                            BackendKind Config::*, MisuseAction Config::*, WorkerMode Config::*,
-                           DeviceSet Config::*>;
+                           DeviceSet Config::*, std::string Config::*>;
 
 constexpr double kNoLimit = std::numeric_limits<double>::infinity();
 
@@ -87,6 +87,9 @@ constexpr std::array kOptions = {
          "reserved memory); 0: none"},
   Option{"shareable", &Config::shareable, Unit::flag, 0, 0, false,
          "chunks are created exportable as POSIX file descriptors (Allocator::share)"},
+  Option{"record", &Config::record, Unit::path, 0, 0, false,
+         "write every allocation and free as a memlake-trace to this file (.gz: compressed; "
+         "{device} and {pid} are replaced); empty: off"},
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},
@@ -215,6 +218,8 @@ std::string expectation(const Option& o) {
       return "one of " + choices(o, ", ");
     case Unit::devices:
       return "all, none, or device numbers from 0 to 63 joined by + (like 1+3)";
+    case Unit::path:
+      return "a file path without commas";
   }
   return {};
 }
@@ -237,6 +242,8 @@ std::string type_text(const Option& o) {
       return choices(o, "|");
     case Unit::devices:
       return "all|none|devices like 1+3";
+    case Unit::path:
+      return "path";
   }
   return {};
 }
@@ -351,6 +358,8 @@ void set_option(Config& c, const Option& o, std::string_view value, std::string_
         using T = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_same_v<T, bool>) {
           if (!parse_flag(value, &(c.*member))) bad_value(o, value, source);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          c.*member = std::string(value);
         } else if constexpr (std::is_same_v<T, DeviceSet>) {
           if (!parse_devices(value, &(c.*member))) bad_value(o, value, source);
         } else if constexpr (std::is_same_v<T, double>) {
@@ -401,6 +410,8 @@ std::string value_text(const Config& c, const Option& o) {
         const T& v = c.*member;
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return v;
         } else if constexpr (std::is_same_v<T, DeviceSet>) {
           return devices_text(v);
         } else if constexpr (std::is_same_v<T, double>) {

@@ -1,0 +1,117 @@
+// The `record` option's observer (recorder.hpp), and the exit handler that
+// closes the recorders still open when the process ends.
+#include "trace/recorder.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace memlake {
+
+namespace {
+
+std::mutex g_open_mutex;
+std::vector<TraceRecorder*>* g_open = nullptr;  // never freed: the exit handler may run last
+
+void close_all_at_exit() {
+  std::lock_guard lock(g_open_mutex);
+  for (TraceRecorder* r : *g_open) r->close();
+}
+
+void register_open(TraceRecorder* r) {
+  std::lock_guard lock(g_open_mutex);
+  if (g_open == nullptr) {
+    g_open = new std::vector<TraceRecorder*>();
+    std::atexit(close_all_at_exit);
+  }
+  g_open->push_back(r);
+}
+
+void unregister_open(TraceRecorder* r) {
+  std::lock_guard lock(g_open_mutex);
+  if (g_open != nullptr) std::erase(*g_open, r);
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+std::string TraceRecorder::expand(const std::string& pattern, int device) {
+  std::string path = pattern;
+  replace_all(path, "{device}", std::to_string(device));
+  replace_all(path, "{pid}", std::to_string(::getpid()));
+  return path;
+}
+
+TraceRecorder::TraceRecorder(const std::string& path, int device)
+    : path_(expand(path, device)), writer_(path_), start_(std::chrono::steady_clock::now()) {
+  TraceMeta meta;
+  meta.workload = "recorded on device " + std::to_string(device);
+  meta.source = "memlake record option";
+  writer_.write_meta(meta);
+  register_open(this);
+}
+
+TraceRecorder::~TraceRecorder() {
+  unregister_open(this);
+  close();
+}
+
+void TraceRecorder::close() {
+  std::lock_guard lock(mutex_);
+  if (!open_) return;
+  open_ = false;
+  try {
+    writer_.close();
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "memlake: record: %s\n", e.what());
+  }
+}
+
+std::uint64_t TraceRecorder::now_us() const {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now() - start_)
+                                        .count());
+}
+
+std::uint64_t TraceRecorder::stream_id(void* stream) {
+  if (stream == nullptr) return 0;
+  auto [it, fresh] = stream_ids_.try_emplace(stream, stream_ids_.size() + 1);
+  return it->second;
+}
+
+void TraceRecorder::on_alloc(void* ptr, std::size_t bytes, void* stream, AllocPath) {
+  std::lock_guard lock(mutex_);
+  if (!open_) return;
+  const std::uint64_t id = next_id_++;
+  live_ids_[ptr] = id;
+  try {
+    writer_.alloc(now_us(), id, bytes, stream_id(stream));
+  } catch (const TraceError& e) {
+    open_ = false;  // a full disk must not break the allocator: stop recording, say why
+    std::fprintf(stderr, "memlake: record stopped: %s\n", e.what());
+  }
+}
+
+void TraceRecorder::on_free(void* ptr, std::size_t bytes, void* stream) {
+  std::lock_guard lock(mutex_);
+  if (!open_) return;
+  auto it = live_ids_.find(ptr);
+  if (it == live_ids_.end()) return;  // allocated before recording began
+  const std::uint64_t id = it->second;
+  live_ids_.erase(it);
+  try {
+    writer_.free(now_us(), id, bytes, stream_id(stream));
+  } catch (const TraceError& e) {
+    open_ = false;
+    std::fprintf(stderr, "memlake: record stopped: %s\n", e.what());
+  }
+}
+
+}  // namespace memlake
