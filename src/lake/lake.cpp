@@ -190,7 +190,12 @@ std::string Lake::check_invariants() const {
       else
         runs.emplace(i, 1);
     }
-    if (runs != seg.runs) err << "segment " << s << " free runs are off; ";
+    if (!seg.indexed) {
+      if (!seg.runs.empty()) err << "segment " << s << " is not indexed but has runs; ";
+      runs.clear();
+    } else if (runs != seg.runs) {
+      err << "segment " << s << " free runs are off; ";
+    }
     for (auto [start, count] : runs) {
       if (!free_runs_.count({run_bytes(seg, start, count), s, start}))
         err << "segment " << s << " run at " << start << " missing from the index; ";

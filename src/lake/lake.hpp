@@ -143,6 +143,9 @@ class Lake {
   // unpins the chunks, and keeps what could not be unmapped for a retry.
   void commit(WorkerJob& job);
   std::string check_invariants() const;
+  // For tests: entries of the free-run index, segments whose runs it holds.
+  std::size_t free_run_count() const { return free_runs_.size(); }
+  std::size_t indexed_segment_count() const;
 
  private:
   // strategy.cpp
@@ -194,6 +197,11 @@ class Lake {
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void flush_slots(bool freed);
+  // Drops segment `s`'s runs from the index for good (Segment::indexed).
+  void unindex(SegmentId s);
+  // After a consolidated range over `ids` was registered as `range`: idle
+  // segments all of whose chunks it maps leave the run index.
+  void unindex_superseded(SegmentId range, const std::vector<ChunkId>& ids);
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
 

@@ -224,7 +224,8 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
     offset += chunks_[c].size;
   }
   if (tail_count) run_insert(s, tail_start, tail_count);
-  for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
+  if (seg.indexed)
+    for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
   seg.stitched = true;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
   gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
@@ -370,8 +371,9 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   c.pieces = new Piece{0, c.size, id, false, nullptr, nullptr};
   if (segments_[s].owned++ == 0) unpinned_by_age_.erase({segments_[s].last_used, s});
   for (Mapping m : c.mapped_in) {
-    if (segments_[m.segment].busy++ == 0) idle_erase(m.segment);
-    slots_changed_.push_back(m);
+    Segment& seg = segments_[m.segment];
+    if (seg.busy++ == 0) idle_erase(m.segment);
+    if (seg.indexed) slots_changed_.push_back(m);
   }
 }
 
@@ -388,8 +390,9 @@ void Lake::unclaim(ChunkId id) {
   free_chunk_bytes_ += c.size;
   freed_since_consolidation_ += c.size;
   for (Mapping m : c.mapped_in) {
-    if (--segments_[m.segment].busy == 0) idle_insert(m.segment);
-    slots_changed_.push_back(m);
+    Segment& seg = segments_[m.segment];
+    if (--seg.busy == 0) idle_insert(m.segment);
+    if (seg.indexed) slots_changed_.push_back(m);
   }
 }
 
@@ -408,6 +411,12 @@ void Lake::run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterat
   Segment& seg = segments_[s];
   free_runs_.erase({run_bytes(seg, it->first, it->second), s, it->first});
   seg.runs.erase(it);
+}
+
+void Lake::unindex(SegmentId s) {
+  Segment& seg = segments_[s];
+  while (!seg.runs.empty()) run_erase(s, seg.runs.begin());
+  seg.indexed = false;
 }
 
 // Slots [index, index + count) of segment `s` now hold free chunks: one run

@@ -22,8 +22,8 @@
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
 //   by exactly one segment that maps it and holds >= 1 live piece in it;
 //   sum(chunk sizes) == reserved bytes.
-// Free runs: every maximal run of consecutive free chunks of every segment is
-// in Segment::runs and in the lake's free-run index.
+// Free runs: every maximal run of consecutive free chunks of every indexed
+// segment is in Segment::runs and in the lake's free-run index.
 // Segment state: busy == number of its chunks that have an owner; a segment
 // with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
 // be unmapped only when it owns no chunk.
@@ -89,7 +89,11 @@ struct Segment {
   bool prepared = false;  // stitched by the worker and not yet used
   bool reserve = false;   // the worker's reserve: used only where new memory would be made
   bool sealed = false;    // its room past the end is not clean: never extend it
-  bool in_use = false;    // slot holds a mapped segment
+  // Its free runs are in the run index. A consolidated range that maps every
+  // chunk of an idle segment supersedes that segment's runs: it keeps
+  // serving whole (idle, exact fit) without its runs being kept up to date.
+  bool indexed = true;
+  bool in_use = false;  // slot holds a mapped segment
   std::uint64_t last_used = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "allocator_impl.hpp"
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"
@@ -72,6 +73,35 @@ TEST(Worker, StitchesScatteredFreeChunksSoTheNextRequestMapsNothing) {
   EXPECT_EQ(static_cast<unsigned char*>(second)[16 * MiB - 1], 0x5C);
   a.deallocate(first, 8 * MiB);
   a.deallocate(second, 16 * MiB);
+  EXPECT_EQ(a.check_invariants(), "");
+}
+
+TEST(Worker, AConsolidatedRangeTakesOverTheRunsOfTheSegmentsItCovers) {
+  Rig rig(WorkerMode::inline_jobs);
+  Allocator& a = *rig.alloc;
+  scatter(a);
+  const lake::Lake& lake = a.impl().lake();
+  EXPECT_EQ(lake.free_run_count(), 16u) << "one run per one-chunk segment";
+  void* first =
+      a.allocate(8 * MiB);  // stitches 4 chunks; the worker maps the other 12 as one range
+  // The 12 idle one-chunk segments are covered by the range: only its run is
+  // kept up to date, the stitched block's segment has none (all owned).
+  EXPECT_EQ(lake.free_run_count(), 1u);
+  EXPECT_EQ(lake.indexed_segment_count(), 6u) << "the range, the block's, and its 4 chunks' own";
+  EXPECT_EQ(a.check_invariants(), "");
+  // The superseded segments still serve whole, as exact fits.
+  const Stats s0 = a.stats();
+  void* second = a.allocate(16 * MiB);
+  void* third = a.allocate(2 * MiB);
+  const Stats s1 = a.stats();
+  EXPECT_EQ(s1.critical_path_vmm_calls.current, s0.critical_path_vmm_calls.current);
+  EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
+  std::memset(third, 0x21, 2 * MiB);
+  std::memset(second, 0x5C, 16 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(third)[2 * MiB - 1], 0x21);
+  for (auto [p, n] : {std::pair{first, 8 * MiB}, {second, 16 * MiB}, {third, 2 * MiB}})
+    a.deallocate(p, n);
+  a.process_pending_frees();
   EXPECT_EQ(a.check_invariants(), "");
 }
 
