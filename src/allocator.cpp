@@ -103,11 +103,20 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
     misuse(buf);
   }
   const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
-  // Frees whose work has completed are memory for everyone: hand them to the
-  // lake before it looks for space.
-  scheduler_.close_open_batches();
-  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
-  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false);
+  // Frees whose work has completed are memory for everyone. What is mapped
+  // and free serves first; open batches of frees are closed (an event record
+  // each, microseconds on a GPU) and handed to the lake only before it would
+  // map: until then they stay where a same-size request on their stream
+  // takes them back at once.
+  const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
+  if (!config_.lazy_batches) scheduler_.close_open_batches();
+  scheduler_.harvest(release);
+  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
+  if (!r.ptr) {
+    scheduler_.close_open_batches();
+    scheduler_.harvest(release);
+    r = lake_.allocate(bytes, /*allow_new=*/false);
+  }
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);

@@ -74,6 +74,13 @@ struct Config {
   bool cross_stream_wait = true;
   // Frees recorded on one stream share one event per batch.
   std::size_t free_batch = 32;
+  // A batch of frees stays open (no event recorded) until a request finds
+  // nothing mapped and free without it: its blocks are first taken back by
+  // same-size requests on their stream, and the slow path records no event.
+  // Measured (host replay): allocate median 2-6.5 us -> 0.23-0.58 us on the
+  // training traces, same utilization; a synthetic MoE trace packs worse
+  // (0.972 -> 0.938), false restores the eager close.
+  bool lazy_batches = true;
   // ...or once the batch holds this many bytes (0: count only). A large
   // block then waits only for the work before its own free, not for the work
   // queued until the batch closes, and comes back sooner on other streams;

@@ -56,9 +56,10 @@ class Lake {
 
   // Runs the ladder; ptr == 0 means out of memory (the caller may reclaim and
   // retry). With allow_new false, no chunk is created (the caller has other
-  // places to look first). Throws backend_error when the backend fails for
-  // another reason.
-  LakeResult allocate(std::size_t requested, bool allow_new = true);
+  // places to look first); with allow_map false, nothing is mapped either
+  // (only what is mapped and free serves). Throws backend_error when the
+  // backend fails for another reason.
+  LakeResult allocate(std::size_t requested, bool allow_new = true, bool allow_map = true);
   // The pointer must be a live allocation (see find()).
   void free(DevicePtr ptr);
   // Cuts a live allocation after its first `keep` bytes (a multiple of
@@ -257,6 +258,7 @@ class Lake {
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
   bool allow_new_ = true;                      // for the allocate() call in progress
+  bool allow_map_ = true;                      // likewise
   bool stitch_demand_ = false;                 // a request stitched since the last consolidation
   std::size_t demand_target_ = 0;              // the largest large request since the last reclaim
   std::size_t freed_since_consolidation_ = 0;  // chunk bytes that came free

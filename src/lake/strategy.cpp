@@ -14,9 +14,10 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 }
 }  // namespace
 
-LakeResult Lake::allocate(std::size_t requested, bool allow_new) {
+LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map) {
   assert(requested <= options_.capacity);
-  allow_new_ = allow_new;
+  allow_new_ = allow_new && allow_map;
+  allow_map_ = allow_map;
   const std::size_t size = round_up(std::max<std::size_t>(requested, 1), kAlignment);
   LakeResult r = size <= options_.small_max ? allocate_small(size) : allocate_large(size);
   if (r.ptr == 0) return r;
@@ -55,6 +56,7 @@ LakeResult Lake::allocate_small(std::size_t size) {
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
     return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
+  if (!allow_map_) return {};
   if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
@@ -77,6 +79,7 @@ LakeResult Lake::allocate_large(std::size_t size) {
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
     return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
+  if (!allow_map_) return {};
   if (LakeResult r = try_continuation(size, /*extend=*/true); r.ptr) return r;
   if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
   bool stitched = false;

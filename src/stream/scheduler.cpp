@@ -79,7 +79,8 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
     st.by_size.emplace(block.size, p);
     p->indexed = true;
     st.open_bytes += block.size;
-    if (st.open.size() >= free_batch_ || (free_batch_bytes_ != 0 && st.open_bytes >= free_batch_bytes_))
+    if (st.open.size() >= free_batch_ ||
+        (free_batch_bytes_ != 0 && st.open_bytes >= free_batch_bytes_))
       close_batch(stream, st);
   } else {
     // record_stream blocks wait for every stream they were used on; they are
@@ -118,6 +119,12 @@ void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
   ++closed_count_;
   st.open.clear();
   st.open_bytes = 0;
+}
+
+std::size_t StreamScheduler::open_bytes() const {
+  std::size_t n = 0;
+  for (const auto& [stream, st] : streams_) n += st.open_bytes;
+  return n;
 }
 
 void StreamScheduler::close_open_batches() {

@@ -37,6 +37,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "cross_stream_wait",
                                         "free_batch",
                                         "free_batch_bytes",
+                                        "lazy_batches",
                                         "worker",
                                         "reserve",
                                         "shareable",
@@ -47,7 +48,7 @@ const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
     "host_simulate_latency, "
     "small_max, max_chunk, fit_slack, stitch_cache_ratio, max_stitch_chunks, cross_stream_wait, "
-    "free_batch, free_batch_bytes, worker, reserve, shareable, record, on_misuse";
+    "free_batch, free_batch_bytes, lazy_batches, worker, reserve, shareable, record, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)

@@ -254,3 +254,48 @@ TEST(StreamOrder, HostWaitsCountOnlyInsideAllocatorCalls) {
 
 }  // namespace
 }  // namespace memlake
+
+namespace memlake {
+namespace {
+
+// lazy_batches: a slow-path request that mapped free memory serves records no
+// event and leaves the open batch alone; one that would need mapping first
+// closes the batch (one event) and reuses its block instead of making memory.
+void lazy_batches_case(bool lazy) {
+  Config c = Config::parse("backend:host,capacity:1G,worker:off");
+  c.lazy_batches = lazy;
+  Allocator a(c);
+  Stream s = a.create_stream();
+  void* big = a.allocate(64 * MiB, s);
+  void* warm = a.allocate(8 * MiB, s);
+  a.deallocate(warm, 8 * MiB, s);
+  a.process_pending_frees();  // 8 MiB mapped and free in the lake
+  std::memset(big, 0x6B, 64 * MiB);
+  a.deallocate(big, 64 * MiB, s);  // pending in the stream's open batch
+  const Stats s0 = a.stats();
+  void* small = a.allocate(2 * MiB, s);  // not the same size: the slow path
+  const Stats s1 = a.stats();
+  EXPECT_EQ(s1.events_recorded.current - s0.events_recorded.current, lazy ? 0 : 1);
+  void* again = a.allocate(60 * MiB, s);  // more than is mapped and free
+  const Stats s2 = a.stats();
+  EXPECT_EQ(s2.events_recorded.current - s0.events_recorded.current, 1);
+  EXPECT_EQ(s2.reserved_bytes.current, s0.reserved_bytes.current) << "the freed 64 MiB served";
+  EXPECT_EQ(s2.critical_path_vmm_calls.current, s0.critical_path_vmm_calls.current);
+  std::memset(again, 0x11, 60 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(again)[60 * MiB - 1], 0x11);
+  a.deallocate(small, 2 * MiB, s);
+  a.deallocate(again, 60 * MiB, s);
+  EXPECT_EQ(a.check_invariants(), "");
+  a.destroy_stream(s);
+}
+
+TEST(StreamOrder, LazyBatchesRecordNoEventWhileMappedFreeMemoryServes) {
+  lazy_batches_case(true);
+}
+
+TEST(StreamOrder, EagerBatchesCloseOnEverySlowPathAllocation) {
+  lazy_batches_case(false);
+}
+
+}  // namespace
+}  // namespace memlake
