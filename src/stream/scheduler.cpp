@@ -121,12 +121,6 @@ void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
   st.open_bytes = 0;
 }
 
-std::size_t StreamScheduler::open_bytes() const {
-  std::size_t n = 0;
-  for (const auto& [stream, st] : streams_) n += st.open_bytes;
-  return n;
-}
-
 void StreamScheduler::close_open_batches() {
   for (auto& [stream, st] : streams_) close_batch(stream, st);
 }

@@ -67,8 +67,6 @@ class StreamScheduler {
   // their events complete.
   void forget_stream(StreamHandle stream);
   std::size_t pending_blocks() const { return pending_count_; }
-  // Bytes of frees whose batch has no event yet, all streams.
-  std::size_t open_bytes() const;
   // Batches with a recorded event not yet retired.
   std::size_t closed_batches() const { return closed_count_; }
   std::size_t pending_bytes() const { return pending_bytes_; }
