@@ -81,7 +81,8 @@ constexpr std::array kOptions = {
          "a batch of frees also closes once it holds this many bytes; 0: by count only"},
   Option{"lazy_batches", &Config::lazy_batches, Unit::flag, 0, 0, false,
          "frees stay in their stream's open batch until a request finds nothing mapped and free "
-         "without them (faster); false: every slow-path allocation closes the batches first"},
+         "without them (faster allocation, more memory on GPU training); false: every slow-path "
+         "allocation closes the batches first"},
   Option{"worker", &Config::worker, Unit::choice, 0, 0, false,
          "background mapping worker: thread, inline (the same jobs at the same points on the "
          "allocating thread, reproducible), or off"},

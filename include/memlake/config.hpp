@@ -77,10 +77,12 @@ struct Config {
   // A batch of frees stays open (no event recorded) until a request finds
   // nothing mapped and free without it: its blocks are first taken back by
   // same-size requests on their stream, and the slow path records no event.
-  // Measured (host replay): allocate median 2-6.5 us -> 0.23-0.58 us on the
-  // training traces, same utilization; a synthetic MoE trace packs worse
-  // (0.972 -> 0.938), false restores the eager close.
-  bool lazy_batches = true;
+  // Measured: allocate median on the H200 replays 3.9-9.2 us -> 0.47-1.0 us
+  // (cudaMallocAsync: 1.05-1.2 us), but GPT-2 training on the GPU reserved
+  // 7.13 GiB instead of 6.51 (frees reach the lake later while the GPU still
+  // runs), and a synthetic MoE trace packs worse (0.972 -> 0.938). Off by
+  // default: memory first.
+  bool lazy_batches = false;
   // ...or once the batch holds this many bytes (0: count only). A large
   // block then waits only for the work before its own free, not for the work
   // queued until the batch closes, and comes back sooner on other streams;
