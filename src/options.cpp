@@ -223,7 +223,7 @@ std::string expectation(const Option& o) {
     case Unit::devices:
       return "all, none, or device numbers from 0 to 63 joined by + (like 1+3)";
     case Unit::path:
-      return "a file path without commas";
+      return "a file path without commas, spaces or control characters";
   }
   return {};
 }
@@ -363,6 +363,9 @@ void set_option(Config& c, const Option& o, std::string_view value, std::string_
         if constexpr (std::is_same_v<T, bool>) {
           if (!parse_flag(value, &(c.*member))) bad_value(o, value, source);
         } else if constexpr (std::is_same_v<T, std::string>) {
+          // What describe() prints must parse back: no spaces or control bytes.
+          for (char ch : value)
+            if (static_cast<unsigned char>(ch) <= ' ' || ch == '\x7f') bad_value(o, value, source);
           c.*member = std::string(value);
         } else if constexpr (std::is_same_v<T, DeviceSet>) {
           if (!parse_devices(value, &(c.*member))) bad_value(o, value, source);

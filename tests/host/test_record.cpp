@@ -106,6 +106,8 @@ TEST(Record, TheOptionParsesAndShowsAPath) {
   EXPECT_EQ(c.record, "/tmp/a:b/run-{device}.csv.gz");
   EXPECT_NE(c.describe().find("record:/tmp/a:b/run-{device}.csv.gz"), std::string::npos);
   EXPECT_EQ(Config::parse("record:").record, "");
+  EXPECT_THROW(Config::parse("record:/tmp/a b"), config_error);
+  EXPECT_THROW(Config::parse(std::string("record:/tmp/a\x01b")), config_error);
 }
 
 // Run by the next test in a process of its own: C API allocators are never
