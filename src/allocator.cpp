@@ -103,15 +103,17 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
     misuse(buf);
   }
   const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
-  // Frees whose work has completed are memory for everyone. What is mapped
-  // and free serves first; open batches of frees are closed (an event record
-  // each, microseconds on a GPU) and handed to the lake only before it would
-  // map: until then they stay where a same-size request on their stream
-  // takes them back at once.
+  // Frees whose work has completed are memory for everyone: hand them to the
+  // lake before it looks for space. With lazy_batches, what is mapped and
+  // free serves first, and open batches (an event record each, microseconds
+  // on a GPU) are closed only before the lake would map: until then their
+  // blocks stay where a same-size request on their stream takes them back.
   const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
-  if (!config_.lazy_batches) scheduler_.close_open_batches();
-  scheduler_.harvest(release);
-  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
+  lake::LakeResult r;
+  if (config_.lazy_batches) {
+    scheduler_.harvest(release);
+    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
+  }
   if (!r.ptr) {
     scheduler_.close_open_batches();
     scheduler_.harvest(release);

@@ -10,9 +10,8 @@
 // - reserve top-up (Config::reserve): create and map chunks ahead of demand,
 //   so a request that needs new memory finds it mapped.
 // - eviction: unmap cached ranges over the mapping budget.
-#include <cassert>
-
 #include <algorithm>
+#include <cassert>
 
 #include "lake/lake.hpp"
 
@@ -132,30 +131,29 @@ void Lake::commit(WorkerJob& job) {
     ++stats_.worker_failures.current;
     return;
   }
-  std::vector<ChunkId> ids = plan.ids;
   const SegmentId s = register_segment(std::move(plan.ids), std::move(plan.range), !reserve);
   if (reserve) {
     segments_[s].reserve = true;
     reserve_segments_.push_back(s);
     return;
   }
-  unindex_superseded(s, ids);
+  unindex_superseded(s);
   segments_[s].prepared = true;
   ++stats_.worker_stitches.current;
+}
+
+std::size_t Lake::indexed_segment_count() const {
+  return static_cast<std::size_t>(std::count_if(
+      segments_.begin(), segments_.end(), [](const Segment& s) { return s.in_use && s.indexed; }));
 }
 
 // Every mapping of a chunk in an indexed segment costs run-index upkeep on
 // each claim and free; without this, each consolidation would add one more
 // copy of every free chunk's runs (measured: ~5 mappings per chunk, most of
 // the allocation path's time).
-std::size_t Lake::indexed_segment_count() const {
-  return static_cast<std::size_t>(std::count_if(
-      segments_.begin(), segments_.end(), [](const Segment& s) { return s.in_use && s.indexed; }));
-}
-
-void Lake::unindex_superseded(SegmentId range, const std::vector<ChunkId>& ids) {
+void Lake::unindex_superseded(SegmentId range) {
   std::vector<char> in_range(chunks_.size(), 0);
-  for (ChunkId c : ids) in_range[c] = 1;
+  for (ChunkId c : segments_[range].chunks) in_range[c] = 1;
   for (SegmentId s = 0; s < segments_.size(); ++s) {
     const Segment& seg = segments_[s];
     if (s == range || !seg.in_use || !seg.indexed || seg.busy != 0 || seg.reserve) continue;

@@ -200,9 +200,9 @@ class Lake {
   void flush_slots(bool freed);
   // Drops segment `s`'s runs from the index for good (Segment::indexed).
   void unindex(SegmentId s);
-  // After a consolidated range over `ids` was registered as `range`: idle
-  // segments all of whose chunks it maps leave the run index.
-  void unindex_superseded(SegmentId range, const std::vector<ChunkId>& ids);
+  // After the consolidated range `range` was registered: idle segments all
+  // of whose chunks it maps leave the run index.
+  void unindex_superseded(SegmentId range);
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
 
