@@ -22,6 +22,7 @@ import os
 import torch
 
 from . import _native
+from . import check_config
 from . import stats as _stats
 
 __all__ = [
@@ -45,20 +46,19 @@ def enable(conf=None, library=None):
     package, or the source tree's build/).
 
     Must run before the first CUDA tensor is created: PyTorch cannot change
-    allocators after that. Calling it again with the same arguments does
-    nothing.
+    allocators after that. Calling it again does nothing (the first call's
+    options stay).
     """
     global _allocator
     if _allocator is not None:
         return _allocator
-    lib = _native.load(library)
+    _native.load(library)
     if conf:
         merged = ",".join(x for x in (os.environ.get("MEMLAKE_CONF"), conf) if x)
-        if lib.memlake_config_check(merged.encode()) != 0:
-            raise ValueError(_native.last_error())
+        check_config(merged)
         os.environ["MEMLAKE_CONF"] = merged
-    elif lib.memlake_config_check(None) != 0:
-        raise ValueError(_native.last_error())
+    else:
+        check_config()
     pluggable = torch.cuda.memory.CUDAPluggableAllocator(
         str(_native.path()), "memlake_torch_malloc", "memlake_torch_free")
     hooks = pluggable.allocator()
