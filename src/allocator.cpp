@@ -8,6 +8,7 @@
 #include "allocator_impl.hpp"
 #include "backend/make_backend.hpp"
 #include "stat_update.hpp"
+#include "timing.hpp"
 
 namespace memlake {
 
@@ -80,7 +81,7 @@ AllocatorImpl::~AllocatorImpl() {
 }
 
 void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
-  std::lock_guard lock(mutex_);
+  auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
   if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
@@ -94,6 +95,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
 }
 
 void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
+  ScopedNanos timed(stats_.slow_path_ns);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!scheduler_.known_stream(stream)) {
     ++stats_.misuse_errors.current;
@@ -186,7 +188,7 @@ void AllocatorImpl::release_to_lake(const StreamScheduler::Block& b) {
 
 void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (ptr == nullptr) return;
-  std::lock_guard lock(mutex_);
+  auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
@@ -304,6 +306,9 @@ Stats AllocatorImpl::stats() const {
   s.critical_path_vmm_calls.current = static_cast<std::int64_t>(counting_->critical_path());
   s.worker_vmm_calls.current = static_cast<std::int64_t>(counting_->worker());
   s.host_waits.current = static_cast<std::int64_t>(counting_->host_waits());
+  s.critical_path_vmm_ns.current = static_cast<std::int64_t>(counting_->critical_path_vmm_ns());
+  s.critical_path_event_ns.current = static_cast<std::int64_t>(counting_->critical_path_event_ns());
+  s.worker_vmm_ns.current = static_cast<std::int64_t>(counting_->worker_vmm_ns());
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
 #undef MEMLAKE_FIX_STAT

@@ -43,6 +43,12 @@
   X(events_recorded,         counter, "stream events recorded for deferred frees")             \
   X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
   X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \
+  X(slow_path_ns,            counter, "host ns in allocations the same-stream cache missed")  \
+  X(lock_waits,              counter, "malloc/free calls that waited for the allocator's lock")\
+  X(lock_wait_ns,            counter, "host ns malloc/free waited for the allocator's lock")   \
+  X(critical_path_vmm_ns,    counter, "host ns of VMM calls made inside malloc/free")          \
+  X(critical_path_event_ns,  counter, "host ns of event record/query/wait calls in malloc/free")\
+  X(worker_vmm_ns,           counter, "host ns of VMM calls made by the background worker")   \
   X(misuse_errors,           counter, "bad frees and other misuse reported")
 // clang-format on
 

@@ -85,20 +85,24 @@ def train(args):
     step_seqs = torch.randint(2, args.max_seq // 64 + 1, (args.steps,), generator=gen) * 64
     losses = []
     step_seconds = []
-    critical_vmm = []  # memlake: VMM calls on the training thread, per step
-    worker_vmm = []  # and on its mapping worker
+    # memlake, per step: VMM calls on the training thread and on its mapping
+    # worker, host milliseconds in allocations that missed the same-stream
+    # cache, waiting for the allocator's lock, in VMM and event calls.
+    counters = ("critical_path_vmm_calls", "worker_vmm_calls", "slow_path_ns", "lock_wait_ns",
+                "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
+    by_step = {name: [] for name in counters}
 
-    def vmm_calls():
+    def read_counters():
         if args.allocator != "memlake":
-            return 0, 0
+            return {name: 0 for name in counters}
         import memlake.torch
         s = memlake.torch.stats()
-        return s["critical_path_vmm_calls"], s["worker_vmm_calls"]
+        return {name: s[name] for name in counters}
 
     torch.cuda.synchronize()
     start = time.perf_counter()
     for step in range(args.steps):
-        t0, (c0, w0) = time.perf_counter(), vmm_calls()
+        t0, before = time.perf_counter(), read_counters()
         seq = int(step_seqs[step])
         ids = torch.randint(0, vocab, (args.batch, seq), generator=gen).cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -108,9 +112,9 @@ def train(args):
         optim.zero_grad(set_to_none=True)
         losses.append(loss.item())
         step_seconds.append(time.perf_counter() - t0)
-        c1, w1 = vmm_calls()
-        critical_vmm.append(c1 - c0)
-        worker_vmm.append(w1 - w0)
+        after = read_counters()
+        for name in counters:
+            by_step[name].append(after[name] - before[name])
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if args.allocator == "memlake":
@@ -126,8 +130,11 @@ def train(args):
         extra = {}
     return {"allocator": args.allocator, "model": args.model, "steps": args.steps,
             "losses": losses, "peak_reserved_bytes": reserved, "peak_allocated_bytes": allocated,
-            "seconds": seconds, "step_seconds": step_seconds, "critical_vmm_by_step": critical_vmm,
-            "worker_vmm_by_step": worker_vmm,
+            "seconds": seconds, "step_seconds": step_seconds,
+            "critical_vmm_by_step": by_step["critical_path_vmm_calls"],
+            "worker_vmm_by_step": by_step["worker_vmm_calls"],
+            **{name[:-3] + "_ms_by_step": [round(ns / 1e6, 2) for ns in by_step[name]]
+               for name in counters if name.endswith("_ns")},
             **extra}
 
 
@@ -165,6 +172,8 @@ def compare(args):
             m["seconds"] / results[base]["seconds"],
             sum(m["step_seconds"][5:]) / max(sum(results[base]["step_seconds"][5:]), 1e-9)))
     print("  memlake critical-path VMM calls by step: %s" % m["critical_vmm_by_step"])
+    print("  memlake ms in the slow path by step: %s" % m["slow_path_ms_by_step"])
+    print("  memlake ms waiting for its lock by step: %s" % m["lock_wait_ms_by_step"])
     print("  memlake host waits %d, stitches %d" % (m["host_waits"], m["stitches"]))
     # Deterministic kernels give bit-identical losses whatever the addresses;
     # an op without a deterministic kernel may differ in the last bits.

@@ -41,7 +41,7 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 37u);
+  ASSERT_EQ(f.size(), 43u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
   EXPECT_EQ(f.back().name, "misuse_errors");
@@ -54,7 +54,7 @@ TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
       "{\"version\":1,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
       "0,\"peak\":0},";
   EXPECT_EQ(json.substr(0, prefix.size()), prefix);
-  const std::string suffix = ",\"host_waits\":0,\"misuse_errors\":0}";
+  const std::string suffix = ",\"worker_vmm_ns\":0,\"misuse_errors\":0}";
   ASSERT_GE(json.size(), suffix.size());
   EXPECT_EQ(json.substr(json.size() - suffix.size()), suffix);
 }

@@ -13,3 +13,5 @@ for f in sys.argv[1:]:
     if 'critical_vmm_by_step' in d and d['allocator']=='memlake':
         print('  crit   ', ' '.join(str(x) for x in d['critical_vmm_by_step']))
         print('  worker ', ' '.join(str(x) for x in d['worker_vmm_by_step']))
+        for key in sorted(k for k in d if k.endswith('_ms_by_step')):
+            print('  %-22s' % key[:-len('_by_step')], ' '.join('%.1f' % x for x in d[key]))

@@ -1,16 +1,41 @@
 // CountingBackend: per-operation atomic counters (see counting_backend.hpp).
 #include "backend/adaptors/counting_backend.hpp"
 
+#include "timing.hpp"
+
 namespace memlake {
 
 CountingBackend::CountingBackend(std::unique_ptr<Backend> upstream)
     : BackendAdaptor(std::move(upstream), "counting") {}
 
-void CountingBackend::count(VmmOp op) {
+template <typename Call>
+Status CountingBackend::vmm(VmmOp op, Call call) {
   const auto i = static_cast<std::size_t>(op);
   calls_[i].fetch_add(1, std::memory_order_relaxed);
-  if (CriticalPathScope::active()) critical_[i].fetch_add(1, std::memory_order_relaxed);
-  if (WorkerThreadScope::active()) worker_[i].fetch_add(1, std::memory_order_relaxed);
+  std::atomic<std::uint64_t>* ns = nullptr;
+  if (CriticalPathScope::active()) {
+    critical_[i].fetch_add(1, std::memory_order_relaxed);
+    ns = &critical_vmm_ns_;
+  }
+  if (WorkerThreadScope::active()) {
+    worker_[i].fetch_add(1, std::memory_order_relaxed);
+    ns = &worker_vmm_ns_;
+  }
+  if (ns == nullptr) return call();
+  const std::int64_t start = now_ns();
+  const Status s = call();
+  ns->fetch_add(static_cast<std::uint64_t>(now_ns() - start), std::memory_order_relaxed);
+  return s;
+}
+
+template <typename Call>
+Status CountingBackend::event(Call call) {
+  if (!CriticalPathScope::active()) return call();
+  const std::int64_t start = now_ns();
+  const Status s = call();
+  critical_event_ns_.fetch_add(static_cast<std::uint64_t>(now_ns() - start),
+                               std::memory_order_relaxed);
+  return s;
 }
 
 std::uint64_t CountingBackend::sum(const Counters& c) {
@@ -20,38 +45,43 @@ std::uint64_t CountingBackend::sum(const Counters& c) {
 }
 
 Status CountingBackend::reserve(std::size_t size, DevicePtr* va) {
-  count(VmmOp::reserve);
-  return BackendAdaptor::reserve(size, va);
+  return vmm(VmmOp::reserve, [&] { return BackendAdaptor::reserve(size, va); });
 }
 
 Status CountingBackend::unreserve(DevicePtr va, std::size_t size) {
-  count(VmmOp::unreserve);
-  return BackendAdaptor::unreserve(va, size);
+  return vmm(VmmOp::unreserve, [&] { return BackendAdaptor::unreserve(va, size); });
 }
 
 Status CountingBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
-  count(VmmOp::create);
-  return BackendAdaptor::create_chunk(size, chunk);
+  return vmm(VmmOp::create, [&] { return BackendAdaptor::create_chunk(size, chunk); });
 }
 
 Status CountingBackend::release_chunk(ChunkHandle chunk) {
-  count(VmmOp::release);
-  return BackendAdaptor::release_chunk(chunk);
+  return vmm(VmmOp::release, [&] { return BackendAdaptor::release_chunk(chunk); });
 }
 
 Status CountingBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
-  count(VmmOp::map);
-  return BackendAdaptor::map(va, size, chunk);
+  return vmm(VmmOp::map, [&] { return BackendAdaptor::map(va, size, chunk); });
 }
 
 Status CountingBackend::unmap(DevicePtr va, std::size_t size) {
-  count(VmmOp::unmap);
-  return BackendAdaptor::unmap(va, size);
+  return vmm(VmmOp::unmap, [&] { return BackendAdaptor::unmap(va, size); });
 }
 
 Status CountingBackend::set_access(DevicePtr va, std::size_t size) {
-  count(VmmOp::set_access);
-  return BackendAdaptor::set_access(va, size);
+  return vmm(VmmOp::set_access, [&] { return BackendAdaptor::set_access(va, size); });
+}
+
+Status CountingBackend::event_record(EventHandle e, StreamHandle stream) {
+  return event([&] { return BackendAdaptor::event_record(e, stream); });
+}
+
+Status CountingBackend::event_query(EventHandle e) {
+  return event([&] { return BackendAdaptor::event_query(e); });
+}
+
+Status CountingBackend::stream_wait_event(StreamHandle stream, EventHandle e) {
+  return event([&] { return BackendAdaptor::stream_wait_event(stream, e); });
 }
 
 std::uint64_t CountingBackend::calls(VmmOp op) const {
@@ -82,7 +112,8 @@ void CountingBackend::reset() {
   for (auto* c : {&calls_, &critical_, &worker_}) {
     for (auto& v : *c) v.store(0, std::memory_order_relaxed);
   }
-  host_waits_.store(0, std::memory_order_relaxed);
+  for (auto* v : {&host_waits_, &critical_vmm_ns_, &worker_vmm_ns_, &critical_event_ns_})
+    v->store(0, std::memory_order_relaxed);
 }
 
 }  // namespace memlake

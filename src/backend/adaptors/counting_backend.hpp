@@ -1,6 +1,7 @@
 // CountingBackend: counts every VMM call on its way upstream, in total and by
 // who made it: a thread inside an allocator call (CriticalPathScope, put in
-// malloc/free by the allocator) or a background worker (WorkerThreadScope).
+// malloc/free by the allocator) or a background worker (WorkerThreadScope),
+// and the host time those calls and the critical path's event calls took.
 // In the steady state the critical-path count should not move: DESIGN.md,
 // "Off the critical path".
 #pragma once
@@ -66,6 +67,9 @@ class CountingBackend final : public BackendAdaptor {
   Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
   Status unmap(DevicePtr va, std::size_t size) override;
   Status set_access(DevicePtr va, std::size_t size) override;
+  Status event_record(EventHandle event, StreamHandle stream) override;
+  Status event_query(EventHandle event) override;
+  Status stream_wait_event(StreamHandle stream, EventHandle event) override;
 
   // Calls made (successful or not) since construction or reset().
   std::uint64_t calls(VmmOp op) const;
@@ -74,6 +78,11 @@ class CountingBackend final : public BackendAdaptor {
   std::uint64_t critical_path(VmmOp op) const;
   std::uint64_t worker() const;  // made inside a WorkerThreadScope
   std::uint64_t worker(VmmOp op) const;
+  // Host nanoseconds: VMM calls on the critical path and on the worker,
+  // event record/query/wait calls on the critical path.
+  std::uint64_t critical_path_vmm_ns() const { return load(critical_vmm_ns_); }
+  std::uint64_t worker_vmm_ns() const { return load(worker_vmm_ns_); }
+  std::uint64_t critical_path_event_ns() const { return load(critical_event_ns_); }
   // Host waits (stream_synchronize) made inside a CriticalPathScope: malloc
   // and free must never block on the GPU, and this proves they did not.
   Status stream_synchronize(StreamHandle stream) override;
@@ -84,13 +93,23 @@ class CountingBackend final : public BackendAdaptor {
   static constexpr std::size_t kOps = static_cast<std::size_t>(VmmOp::count);
   using Counters = std::array<std::atomic<std::uint64_t>, kOps>;
 
-  void count(VmmOp op);
+  // Counts `op` and runs the upstream call `call`, timing it where it counts.
+  template <typename Call>
+  Status vmm(VmmOp op, Call call);
+  template <typename Call>
+  Status event(Call call);
   static std::uint64_t sum(const Counters& c);
+  static std::uint64_t load(const std::atomic<std::uint64_t>& v) {
+    return v.load(std::memory_order_relaxed);
+  }
 
   Counters calls_{};
   Counters critical_{};
   Counters worker_{};
   std::atomic<std::uint64_t> host_waits_{0};
+  std::atomic<std::uint64_t> critical_vmm_ns_{0};
+  std::atomic<std::uint64_t> worker_vmm_ns_{0};
+  std::atomic<std::uint64_t> critical_event_ns_{0};
 };
 
 static_assert(IsBackend<CountingBackend>);

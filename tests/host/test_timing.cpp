@@ -1,0 +1,69 @@
+// The host-time stats: slow_path_ns grows only when an allocation misses the
+// same-stream cache (and holds the time of its VMM calls), and a caller that finds the allocator's
+// lock held counts one wait with its duration.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backend/host/host_backend.hpp"
+#include "memlake/allocator.hpp"
+#include "timing.hpp"
+
+namespace memlake {
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+TEST(Timing, SlowPathTimeGrowsOnAMissAndNotOnASameStreamHit) {
+  Config c;
+  c.capacity = 64 * MiB;
+  c.worker = WorkerMode::off;
+  HostBackendOptions o;
+  o.capacity = 64 * MiB;
+  Allocator a(c, std::make_unique<HostBackend>(o));
+  Stream s = a.create_stream();
+  EXPECT_EQ(a.stats().slow_path_ns.current, 0);
+  void* p = a.allocate(4 * MiB, s);  // maps a chunk: the slow path
+  const std::int64_t after_miss = a.stats().slow_path_ns.current;
+  EXPECT_GT(after_miss, 0);
+  // It created and mapped a chunk on this thread; there is no worker.
+  EXPECT_GT(a.stats().critical_path_vmm_calls.current, 0);
+  EXPECT_GT(a.stats().critical_path_vmm_ns.current, 0);
+  EXPECT_LE(a.stats().critical_path_vmm_ns.current, after_miss);
+  EXPECT_EQ(a.stats().worker_vmm_ns.current, 0);
+  a.deallocate(p, 4 * MiB, s);
+  void* q = a.allocate(4 * MiB, s);  // the same stream's free: the fast path
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(a.stats().path_stream_cache.current, 1);
+  EXPECT_EQ(a.stats().slow_path_ns.current, after_miss);
+  EXPECT_EQ(a.stats().lock_waits.current, 0);
+  a.deallocate(q, 4 * MiB, s);
+  a.destroy_stream(s);
+}
+
+TEST(Timing, AHeldLockCountsOneWaitWithItsDuration) {
+  std::mutex m;
+  StatValue waits, wait_ns;
+  { auto free_lock = lock_counting_waits(m, waits, wait_ns); }
+  EXPECT_EQ(waits.current, 0);  // nobody held it
+  std::unique_lock held(m);
+  std::atomic<bool> locked{false};
+  std::thread other([&] {
+    auto lock = lock_counting_waits(m, waits, wait_ns);
+    locked = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(locked.load());
+  held.unlock();
+  other.join();
+  EXPECT_TRUE(locked.load());
+  EXPECT_EQ(waits.current, 1);
+  EXPECT_GT(wait_ns.current, 0);
+}
+
+}  // namespace
+}  // namespace memlake
