@@ -19,7 +19,7 @@ Lake::~Lake() {
   for (Chunk& c : chunks_) {
     for (Piece* p = c.pieces; p != nullptr;) {
       Piece* next = p->next;
-      delete p;
+      delete_piece(p);
       p = next;
     }
     c.pieces = nullptr;

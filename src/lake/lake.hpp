@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "lake/node_pool.hpp"
 #include "lake/types.hpp"
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
@@ -224,6 +225,14 @@ class Lake {
   LakeOptions options_;
   Stats& stats_;
   ObserverList& observers_;
+  NodePool pool_;  // before every container that draws from it
+
+  template <typename T, typename Order = std::less<T>>
+  using PoolSet = std::set<T, Order, PoolAllocator<T>>;
+  template <typename K, typename V>
+  using PoolMap = std::map<K, V, std::less<K>, PoolAllocator<std::pair<const K, V>>>;
+  Piece* new_piece(const Piece& p) { return new (pool_.get(sizeof(Piece))) Piece(p); }
+  void delete_piece(Piece* p) { pool_.put(p, sizeof(Piece)); }
 
   std::vector<Chunk> chunks_;
   std::vector<ChunkId> free_chunk_slots_;
@@ -237,19 +246,31 @@ class Lake {
       return a->offset < b->offset;
     }
   };
-  std::set<Piece*, FragmentOrder> fragments_;
-  std::set<std::pair<std::size_t, ChunkId>> free_chunks_;          // by size
-  std::set<std::pair<std::size_t, SegmentId>> idle_by_size_;       // busy == 0
-  std::set<std::pair<std::uint64_t, SegmentId>> unpinned_by_age_;  // owned == 0, LRU order
-  std::map<DevicePtr, SegmentId> segment_at_;                      // by base address
+  PoolSet<Piece*, FragmentOrder> fragments_{FragmentOrder{}, PoolAllocator<Piece*>(&pool_)};
+  PoolSet<std::pair<std::size_t, ChunkId>> free_chunks_{
+      // by size
+      PoolAllocator<std::pair<std::size_t, ChunkId>>(&pool_)};
+  PoolSet<std::pair<std::size_t, SegmentId>> idle_by_size_{
+      // busy == 0
+      PoolAllocator<std::pair<std::size_t, SegmentId>>(&pool_)};
+  PoolSet<std::pair<std::uint64_t, SegmentId>> unpinned_by_age_{
+      // owned == 0, LRU order
+      PoolAllocator<std::pair<std::uint64_t, SegmentId>>(&pool_)};
+  PoolMap<DevicePtr, SegmentId> segment_at_{
+      // by base address
+      PoolAllocator<std::pair<const DevicePtr, SegmentId>>(&pool_)};
   struct RunKey {
     std::size_t bytes;
     SegmentId segment;
     std::uint32_t start;
     auto operator<=>(const RunKey&) const = default;
   };
-  std::set<RunKey> free_runs_;  // every segment's runs of free chunks, by size
-  std::unordered_map<DevicePtr, Allocation> allocations_;
+  // Every indexed segment's runs of free chunks, by size.
+  PoolSet<RunKey> free_runs_{PoolAllocator<RunKey>(&pool_)};
+  std::unordered_map<DevicePtr, Allocation, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
+                     PoolAllocator<std::pair<const DevicePtr, Allocation>>>
+      allocations_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
+                   PoolAllocator<std::pair<const DevicePtr, Allocation>>(&pool_)};
   std::vector<Zombie> zombies_;  // retried by reclaim() and the destructor
   std::string last_failure_;
 
@@ -265,6 +286,7 @@ class Lake {
   bool large_since_consolidation_ = false;     // a request near the target came
   std::size_t creating_bytes_ = 0;             // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
+  std::vector<SegmentId> consolidated_;        // the worker's indexed ranges, oldest first
   std::vector<Mapping> slots_changed_;         // claimed or freed, not yet in the run index
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.

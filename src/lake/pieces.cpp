@@ -29,9 +29,8 @@ Piece* Lake::carve(Piece* free_piece, std::size_t size) {
   assert(!free_piece->allocated && size <= free_piece->size);
   Chunk& c = chunks_[free_piece->chunk];
   if (size < free_piece->size) {
-    auto* rest = new Piece{
-        free_piece->offset + size, free_piece->size - size, free_piece->chunk, false, free_piece,
-        free_piece->next};
+    Piece* rest = new_piece({free_piece->offset + size, free_piece->size - size, free_piece->chunk,
+                             false, free_piece, free_piece->next});
     if (free_piece->next) free_piece->next->prev = rest;
     free_piece->next = rest;
     free_piece->size = size;
@@ -45,7 +44,7 @@ Piece* Lake::carve(Piece* free_piece, std::size_t size) {
 // Cuts an allocated piece at byte `at`: two allocated pieces; returns the second.
 Piece* Lake::split_piece(Piece* p, std::size_t at) {
   assert(p->allocated && at > 0 && at < p->size);
-  auto* second = new Piece{p->offset + at, p->size - at, p->chunk, true, p, p->next};
+  Piece* second = new_piece({p->offset + at, p->size - at, p->chunk, true, p, p->next});
   if (p->next) p->next->prev = second;
   p->next = second;
   p->size = at;
@@ -63,7 +62,7 @@ void Lake::free_piece(Piece* p) {
     prev->size += p->size;
     prev->next = p->next;
     if (p->next) p->next->prev = prev;
-    delete p;
+    delete_piece(p);
     p = prev;
   }
   if (Piece* next = p->next; next && !next->allocated) {
@@ -71,7 +70,7 @@ void Lake::free_piece(Piece* p) {
     p->size += next->size;
     p->next = next->next;
     if (next->next) next->next->prev = p;
-    delete next;
+    delete_piece(next);
   }
   if (c.live == 0) {
     assert(p == c.pieces && p->size == c.size);

@@ -264,6 +264,7 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
     observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });
   if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
   if (seg.reserve) std::erase(reserve_segments_, id);
+  std::erase(consolidated_, id);
   segment_at_.erase(seg.va);
   gauge(stats_.mapped_bytes, -static_cast<std::int64_t>(seg.size));
   gauge(stats_.segments, -1);
@@ -368,7 +369,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   if (segments_[s].reserve) dissolve_reserve(s);
   c.owner = s;
   c.owner_offset = offset_in_segment;
-  c.pieces = new Piece{0, c.size, id, false, nullptr, nullptr};
+  c.pieces = new_piece({0, c.size, id, false, nullptr, nullptr});
   if (segments_[s].owned++ == 0) unpinned_by_age_.erase({segments_[s].last_used, s});
   for (Mapping m : c.mapped_in) {
     Segment& seg = segments_[m.segment];
@@ -381,7 +382,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
 void Lake::unclaim(ChunkId id) {
   Chunk& c = chunks_[id];
   assert(c.live == 0 && c.pieces && c.pieces->next == nullptr);
-  delete c.pieces;
+  delete_piece(c.pieces);
   c.pieces = nullptr;
   Segment& owner = segments_[c.owner];
   if (--owner.owned == 0) unpinned_by_age_.emplace(owner.last_used, c.owner);
@@ -470,34 +471,29 @@ void Lake::dissolve_reserve(SegmentId s) {
 }
 
 // The run index catches up with the chunks claim() or unclaim() changed, in
-// one pass: a block's chunks are mostly consecutive slots in every segment
-// that maps them, so each stretch of slots costs one run split or merge
-// instead of one per chunk and mapping.
+// one pass: a block's chunks are mostly neighbouring slots in every segment
+// that maps them (in either order: a consolidated range may list them
+// backwards), so once sorted, each stretch of slots costs one run split or
+// merge instead of one per chunk and mapping.
 void Lake::flush_slots(bool freed) {
-  struct Stretch {
-    SegmentId segment;
-    std::uint32_t start, count;
-  };
-  std::vector<Stretch> open;  // one per segment seen; a block touches few
-  auto close = [&](const Stretch& st) {
+  std::sort(slots_changed_.begin(), slots_changed_.end(), [](Mapping a, Mapping b) {
+    return a.segment != b.segment ? a.segment < b.segment : a.index < b.index;
+  });
+  auto close = [&](SegmentId s, std::uint32_t start, std::uint32_t count) {
     if (freed)
-      slots_freed(st.segment, st.start, st.count);
+      slots_freed(s, start, count);
     else
-      slots_claimed(st.segment, st.start, st.count);
+      slots_claimed(s, start, count);
   };
-  for (Mapping m : slots_changed_) {
-    auto it = std::find_if(open.begin(), open.end(),
-                           [&](const Stretch& st) { return st.segment == m.segment; });
-    if (it == open.end()) {
-      open.push_back({m.segment, m.index, 1});
-    } else if (m.index == it->start + it->count) {
-      ++it->count;
-    } else {
-      close(*it);
-      *it = {m.segment, m.index, 1};
-    }
+  for (std::size_t i = 0; i < slots_changed_.size();) {
+    const Mapping first = slots_changed_[i];
+    std::uint32_t count = 1;
+    while (i + count < slots_changed_.size() &&
+           slots_changed_[i + count] == Mapping{first.segment, first.index + count})
+      ++count;
+    close(first.segment, first.index, count);
+    i += count;
   }
-  for (const Stretch& st : open) close(st);
   slots_changed_.clear();
 }
 
