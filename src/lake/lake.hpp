@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "lake/free_chunk_set.hpp"
 #include "lake/node_pool.hpp"
 #include "lake/types.hpp"
 #include "memlake/observer.hpp"
@@ -247,18 +248,13 @@ class Lake {
     }
   };
   PoolSet<Piece*, FragmentOrder> fragments_{FragmentOrder{}, PoolAllocator<Piece*>(&pool_)};
-  PoolSet<std::pair<std::size_t, ChunkId>> free_chunks_{
-      // by size
-      PoolAllocator<std::pair<std::size_t, ChunkId>>(&pool_)};
-  PoolSet<std::pair<std::size_t, SegmentId>> idle_by_size_{
-      // busy == 0
-      PoolAllocator<std::pair<std::size_t, SegmentId>>(&pool_)};
-  PoolSet<std::pair<std::uint64_t, SegmentId>> unpinned_by_age_{
-      // owned == 0, LRU order
-      PoolAllocator<std::pair<std::uint64_t, SegmentId>>(&pool_)};
-  PoolMap<DevicePtr, SegmentId> segment_at_{
-      // by base address
-      PoolAllocator<std::pair<const DevicePtr, SegmentId>>(&pool_)};
+  FreeChunkSet free_chunks_;  // by size, then id
+  using SizeKey = std::pair<std::size_t, SegmentId>;
+  PoolSet<SizeKey> idle_by_size_{PoolAllocator<SizeKey>(&pool_)};  // busy == 0
+  using AgeKey = std::pair<std::uint64_t, SegmentId>;
+  PoolSet<AgeKey> unpinned_by_age_{PoolAllocator<AgeKey>(&pool_)};  // owned == 0, LRU order
+  using BaseEntry = std::pair<const DevicePtr, SegmentId>;
+  PoolMap<DevicePtr, SegmentId> segment_at_{PoolAllocator<BaseEntry>(&pool_)};  // by base address
   struct RunKey {
     std::size_t bytes;
     SegmentId segment;

@@ -1,0 +1,194 @@
+// The free chunks, ordered by (size, id) like a std::set of pairs, stored as
+// one bitset of chunk ids per distinct chunk size. Claiming and freeing a
+// chunk, the commonest change in the lake (a large block claims dozens), is
+// a bit flip instead of a tree node; the walks of select_free_chunks and the
+// consolidation visit the same chunks in the same order as before.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "lake/types.hpp"
+
+namespace memlake::lake {
+
+class FreeChunkSet {
+  struct Bits {
+    std::vector<std::uint64_t> words;
+    std::size_t count = 0;
+  };
+
+ public:
+  using value_type = std::pair<std::size_t, ChunkId>;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::bidirectional_iterator_tag;
+    using value_type = FreeChunkSet::value_type;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const value_type*;
+    using reference = const value_type&;
+
+    const_iterator() = default;
+    reference operator*() const { return value_; }
+    pointer operator->() const { return &value_; }
+    const_iterator& operator++() {
+      *this = set_->next_from(bucket_, value_.second + 1);
+      return *this;
+    }
+    const_iterator& operator--() {
+      *this = set_->prev_before(bucket_, value_.second);
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++*this;
+      return old;
+    }
+    const_iterator operator--(int) {
+      const_iterator old = *this;
+      --*this;
+      return old;
+    }
+    bool operator==(const const_iterator& o) const {
+      return bucket_ == o.bucket_ && value_.second == o.value_.second;
+    }
+
+   private:
+    friend class FreeChunkSet;
+    using Bucket = std::map<std::size_t, Bits>::const_iterator;
+    const_iterator(const FreeChunkSet* set, Bucket bucket, ChunkId id)
+        : set_(set),
+          bucket_(bucket),
+          value_(bucket == set->buckets_.end() ? 0 : bucket->first, id) {}
+    const FreeChunkSet* set_ = nullptr;
+    Bucket bucket_;
+    value_type value_{0, 0};
+  };
+  using iterator = const_iterator;
+  // Largest first. Not std::reverse_iterator: that one dereferences a
+  // temporary copy, and this iterator holds the element it points at.
+  class const_reverse_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = FreeChunkSet::value_type;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const value_type*;
+    using reference = const value_type&;
+
+    const_reverse_iterator() = default;
+    reference operator*() const { return *at_; }
+    pointer operator->() const { return at_.operator->(); }
+    const_reverse_iterator& operator++() {
+      if (at_ == first_)
+        done_ = true;
+      else
+        --at_;
+      return *this;
+    }
+    bool operator==(const const_reverse_iterator& o) const {
+      return done_ == o.done_ && (done_ || at_ == o.at_);
+    }
+
+   private:
+    friend class FreeChunkSet;
+    const_reverse_iterator(const_iterator at, const_iterator first, bool done)
+        : at_(at), first_(first), done_(done) {}
+    const_iterator at_, first_;
+    bool done_ = true;
+  };
+
+  bool empty() const { return count_ == 0; }
+  std::size_t size() const { return count_; }
+  const_iterator begin() const { return next_from(buckets_.begin(), 0); }
+  const_iterator end() const { return {this, buckets_.end(), 0}; }
+  const_reverse_iterator rbegin() const {
+    if (empty()) return rend();
+    return {std::prev(end()), begin(), false};
+  }
+  const_reverse_iterator rend() const { return {end(), end(), true}; }
+
+  void emplace(std::size_t size, ChunkId id) {
+    Bits& b = buckets_[size];
+    if (b.words.size() <= id / 64) b.words.resize(id / 64 + 1, 0);
+    const std::uint64_t bit = std::uint64_t{1} << (id % 64);
+    if ((b.words[id / 64] & bit) != 0) return;
+    b.words[id / 64] |= bit;
+    ++b.count;
+    ++count_;
+  }
+  void erase(const value_type& v) {
+    auto b = buckets_.find(v.first);
+    if (b == buckets_.end() || !test(b->second.words, v.second)) return;
+    b->second.words[v.second / 64] &= ~(std::uint64_t{1} << (v.second % 64));
+    --count_;
+    if (--b->second.count == 0) buckets_.erase(b);  // no empty buckets: walks skip none
+  }
+  std::size_t count(const value_type& v) const {
+    auto b = buckets_.find(v.first);
+    return b != buckets_.end() && test(b->second.words, v.second) ? 1 : 0;
+  }
+  // First element not less than `v` / greater than `v`, in (size, id) order.
+  const_iterator lower_bound(const value_type& v) const {
+    auto b = buckets_.lower_bound(v.first);
+    if (b != buckets_.end() && b->first == v.first) return next_from(b, v.second);
+    return next_from(b, 0);
+  }
+  const_iterator upper_bound(const value_type& v) const {
+    if (v.second == kNone) return next_from(buckets_.upper_bound(v.first), 0);
+    return lower_bound({v.first, v.second + 1});
+  }
+
+ private:
+  using Buckets = std::map<std::size_t, Bits>;
+
+  static bool test(const std::vector<std::uint64_t>& bits, ChunkId id) {
+    return id / 64 < bits.size() && ((bits[id / 64] >> (id % 64)) & 1) != 0;
+  }
+  // The first set id >= `from` in bucket `b`, or else in the buckets after it.
+  const_iterator next_from(Buckets::const_iterator b, std::size_t from) const {
+    for (; b != buckets_.end(); ++b, from = 0) {
+      const std::vector<std::uint64_t>& bits = b->second.words;
+      for (std::size_t w = from / 64; w < bits.size(); ++w) {
+        std::uint64_t word = bits[w];
+        if (w == from / 64) word &= ~std::uint64_t{0} << (from % 64);
+        if (word != 0) return {this, b, static_cast<ChunkId>(w * 64 + std::countr_zero(word))};
+      }
+    }
+    return end();
+  }
+  // The last set id < `before` in bucket `b` (b may be end()), or else in the
+  // buckets before it.
+  const_iterator prev_before(Buckets::const_iterator b, std::size_t before) const {
+    if (b == buckets_.end()) {
+      if (buckets_.empty()) return end();
+      --b;
+      before = b->second.words.size() * 64;
+    }
+    for (;;) {
+      const std::vector<std::uint64_t>& bits = b->second.words;
+      for (std::size_t w = std::min(before, bits.size() * 64); w-- > 0;) {
+        // w walks bit positions downwards one word at a time.
+        std::uint64_t word = bits[w / 64];
+        const std::size_t top = w % 64;  // highest bit allowed in this word
+        if (top < 63) word &= (std::uint64_t{1} << (top + 1)) - 1;
+        if (word != 0)
+          return {this, b, static_cast<ChunkId>(w / 64 * 64 + 63 - std::countl_zero(word))};
+        w -= top;  // to the last bit of the word below (the loop's w-- steps past it)
+      }
+      if (b == buckets_.begin()) return end();
+      --b;
+      before = b->second.words.size() * 64;
+    }
+  }
+
+  Buckets buckets_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace memlake::lake
