@@ -284,6 +284,8 @@ class Lake {
   std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
   std::vector<SegmentId> consolidated_;        // the worker's indexed ranges, oldest first
   std::vector<Mapping> slots_changed_;         // claimed or freed, not yet in the run index
+  std::vector<Mapping> flush_sorted_;          // flush_slots' scratch space
+  std::vector<std::uint32_t> flush_group_start_;
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

@@ -476,23 +476,35 @@ void Lake::dissolve_reserve(SegmentId s) {
 // backwards), so once sorted, each stretch of slots costs one run split or
 // merge instead of one per chunk and mapping.
 void Lake::flush_slots(bool freed) {
-  std::sort(slots_changed_.begin(), slots_changed_.end(), [](Mapping a, Mapping b) {
-    return a.segment != b.segment ? a.segment < b.segment : a.index < b.index;
-  });
-  auto close = [&](SegmentId s, std::uint32_t start, std::uint32_t count) {
+  // Group by segment (a counting sort: few segments, many slots), then order
+  // each group; a block's slots usually come in ascending or descending order.
+  std::vector<std::uint32_t>& start = flush_group_start_;
+  start.assign(segments_.size() + 1, 0);
+  for (Mapping m : slots_changed_) ++start[m.segment + 1];
+  for (std::size_t s = 1; s < start.size(); ++s) start[s] += start[s - 1];
+  flush_sorted_.resize(slots_changed_.size());
+  for (Mapping m : slots_changed_) flush_sorted_[start[m.segment]++] = m;
+  const auto by_index = [](Mapping a, Mapping b) { return a.index < b.index; };
+  auto close = [&](SegmentId s, std::uint32_t first, std::uint32_t count) {
     if (freed)
-      slots_freed(s, start, count);
+      slots_freed(s, first, count);
     else
-      slots_claimed(s, start, count);
+      slots_claimed(s, first, count);
   };
-  for (std::size_t i = 0; i < slots_changed_.size();) {
-    const Mapping first = slots_changed_[i];
-    std::uint32_t count = 1;
-    while (i + count < slots_changed_.size() &&
-           slots_changed_[i + count] == Mapping{first.segment, first.index + count})
-      ++count;
-    close(first.segment, first.index, count);
-    i += count;
+  for (auto group = flush_sorted_.begin(); group != flush_sorted_.end();) {
+    const SegmentId s = group->segment;
+    const auto group_end = flush_sorted_.begin() + start[s];
+    if (std::is_sorted(group, group_end, [](Mapping a, Mapping b) { return a.index > b.index; }))
+      std::reverse(group, group_end);
+    else if (!std::is_sorted(group, group_end, by_index))
+      std::sort(group, group_end, by_index);
+    for (auto it = group; it != group_end;) {
+      std::uint32_t count = 1;
+      while (it + count != group_end && (it + count)->index == it->index + count) ++count;
+      close(s, it->index, count);
+      it += count;
+    }
+    group = group_end;
   }
   slots_changed_.clear();
 }
