@@ -179,7 +179,7 @@ std::string Lake::check_invariants() const {
       if (chunks_[c].owner == s) ++owned;
     }
     if (busy != seg.busy || owned != seg.owned) err << "segment " << s << " counts are off; ";
-    std::map<std::uint32_t, std::uint32_t> runs;
+    SlotRuns runs;
     for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
       const Chunk& c = chunks_[seg.chunks[i]];
       if (std::find(c.mapped_in.begin(), c.mapped_in.end(), Mapping{s, i}) == c.mapped_in.end())

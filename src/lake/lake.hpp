@@ -196,7 +196,7 @@ class Lake {
   // Free-run index upkeep (segments.cpp).
   std::size_t run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const;
   void run_insert(SegmentId s, std::uint32_t start, std::uint32_t count);
-  void run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterator it);
+  void run_erase(SegmentId s, SlotRuns::iterator it);
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void flush_slots(bool freed);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace memlake::lake {
@@ -64,23 +65,29 @@ class NodePool {
 };
 
 // A standard allocator over a NodePool: single nodes come from the pool,
-// arrays (hash buckets) from the heap.
+// arrays (hash buckets) from the heap. Default-constructed, it has no pool
+// and uses the heap; containers take the allocator along when assigned, so
+// a default-constructed one can be given a pool later.
 template <typename T>
 class PoolAllocator {
  public:
   using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
   static_assert(alignof(T) <= NodePool::kAlign);
 
+  PoolAllocator() noexcept = default;
   explicit PoolAllocator(NodePool* pool) noexcept : pool_(pool) {}
   template <typename U>
   PoolAllocator(const PoolAllocator<U>& other) noexcept : pool_(other.pool()) {}
 
   T* allocate(std::size_t n) {
-    if (n == 1) return static_cast<T*>(pool_->get(sizeof(T)));
+    if (n == 1 && pool_) return static_cast<T*>(pool_->get(sizeof(T)));
     return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
   }
   void deallocate(T* p, std::size_t n) noexcept {
-    if (n == 1)
+    if (n == 1 && pool_)
       pool_->put(p, sizeof(T));
     else
       ::operator delete (p, std::align_val_t{alignof(T)});
@@ -92,7 +99,7 @@ class PoolAllocator {
   }
 
  private:
-  NodePool* pool_;
+  NodePool* pool_ = nullptr;
 };
 
 }  // namespace memlake::lake

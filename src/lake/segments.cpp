@@ -143,6 +143,7 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
   }
   Segment& seg = segments_[id];
   seg = Segment{};
+  seg.runs = SlotRuns(PoolAllocator<SlotRuns::value_type>(&pool_));
   seg.va = va;
   seg.size = total;
   seg.va_size = va_size;
@@ -408,7 +409,7 @@ void Lake::run_insert(SegmentId s, std::uint32_t start, std::uint32_t count) {
   free_runs_.insert({run_bytes(seg, start, count), s, start});
 }
 
-void Lake::run_erase(SegmentId s, std::map<std::uint32_t, std::uint32_t>::iterator it) {
+void Lake::run_erase(SegmentId s, SlotRuns::iterator it) {
   Segment& seg = segments_[s];
   free_runs_.erase({run_bytes(seg, it->first, it->second), s, it->first});
   seg.runs.erase(it);

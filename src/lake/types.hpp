@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "lake/node_pool.hpp"
 
 namespace memlake::lake {
 
@@ -73,6 +74,10 @@ struct Chunk {
   bool reserve = false;    // created by the worker ahead of demand, not yet taken
 };
 
+// First slot -> number of slots; nodes from the lake's pool once it gives one.
+using SlotRuns = std::map<std::uint32_t, std::uint32_t, std::less<std::uint32_t>,
+                          PoolAllocator<std::pair<const std::uint32_t, std::uint32_t>>>;
+
 struct Segment {
   DevicePtr va = 0;
   std::size_t size = 0;         // mapped bytes, from va
@@ -82,7 +87,7 @@ struct Segment {
   // Runs of consecutive free chunks: first slot -> number of slots. Each is
   // also in the lake's free-run index, so free space inside mapped ranges is
   // reused in place, without mapping anything.
-  std::map<std::uint32_t, std::uint32_t> runs;
+  SlotRuns runs;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   bool stitched = false;
