@@ -19,12 +19,6 @@ namespace memlake::lake {
 
 namespace {
 constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap enough
-// Consolidated ranges whose free runs stay indexed, newest first. Each one
-// maps every chunk that was free when it was made, so older ones mostly
-// repeat it; keeping their runs up to date made each claim and free touch
-// one more mapping per chunk (measured on the recorded GPT-2 training
-// trace: allocate median -30% with 2 instead of all, same peak).
-constexpr std::size_t kIndexedRanges = 2;
 }  // namespace
 
 // The largest request seen should find a free run. After a request had to

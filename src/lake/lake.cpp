@@ -207,6 +207,11 @@ std::string Lake::check_invariants() const {
       err << "segment " << s << " LRU index is off; ";
     idle += is_idle;
   }
+  if (consolidated_.size() > kIndexedRanges) err << "too many consolidated ranges indexed; ";
+  for (SegmentId r : consolidated_) {
+    if (!segments_[r].in_use || !segments_[r].indexed)
+      err << "consolidated range " << r << " listed but not indexed; ";
+  }
   if (reserved != reserved_bytes())
     err << "reserved bytes " << reserved << " disagree with the counters; ";
   if (free_bytes != free_chunk_bytes_) err << "free chunk bytes disagree; ";

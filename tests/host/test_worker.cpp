@@ -105,6 +105,50 @@ TEST(Worker, AConsolidatedRangeTakesOverTheRunsOfTheSegmentsItCovers) {
   EXPECT_EQ(a.check_invariants(), "");
 }
 
+// Many consolidations: older ranges leave the run index (only the newest
+// kIndexedRanges stay in it), the index stays exact, and every block keeps
+// its bytes through it all.
+TEST(Worker, OlderConsolidatedRangesLeaveTheIndexAndBlocksKeepTheirBytes) {
+  Rig rig(WorkerMode::inline_jobs);
+  Allocator& a = *rig.alloc;
+  std::mt19937 rng(11);
+  struct Block {
+    void* p;
+    std::size_t size;
+    unsigned char tag;
+  };
+  std::vector<Block> live;
+  auto intact = [](const Block& b) {
+    const auto* bytes = static_cast<const unsigned char*>(b.p);
+    return bytes[0] == b.tag && bytes[b.size / 2] == b.tag && bytes[b.size - 1] == b.tag;
+  };
+  for (int i = 0; i < 4000; ++i) {
+    if (live.size() < 30 && (live.empty() || rng() % 2)) {
+      const std::size_t size = 1 + rng() % (9 * MiB);
+      const auto tag = static_cast<unsigned char>(rng());
+      void* p = a.allocate(size);
+      std::memset(p, tag, size);
+      live.push_back({p, size, tag});
+    } else {
+      const std::size_t k = rng() % live.size();
+      ASSERT_TRUE(intact(live[k])) << "block " << k << " at step " << i;
+      a.deallocate(live[k].p, live[k].size);
+      live.erase(live.begin() + static_cast<long>(k));
+    }
+    if (i % 200 == 0) {
+      ASSERT_EQ(a.check_invariants(), "") << "step " << i;
+    }
+  }
+  EXPECT_GE(a.stats().worker_stitches.current, 3) << "the workload must consolidate often";
+  EXPECT_LE(a.impl().lake().indexed_consolidated_ranges(), lake::kIndexedRanges);
+  for (const Block& b : live) {
+    EXPECT_TRUE(intact(b));
+    a.deallocate(b.p, b.size);
+  }
+  a.process_pending_frees();
+  EXPECT_EQ(a.check_invariants(), "");
+}
+
 TEST(Worker, InlineJobsAreReproducible) {
   auto run = [] {
     Rig rig(WorkerMode::inline_jobs);
