@@ -166,6 +166,7 @@ class Lake {
   bool find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
   LakeResult try_continuation(std::size_t size, bool extend);
   LakeResult try_run_between_pieces(std::size_t size);
+  LakeResult try_grow_segment(std::size_t size);
   LakeResult take_reserve_run(std::size_t bytes, std::size_t size);
   bool excluded_from(ChunkId c, SegmentId s) const;
   bool extend_segment(SegmentId s, std::vector<ChunkId> ids);

@@ -81,11 +81,80 @@ LakeResult Lake::allocate_large(std::size_t size) {
     return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
   if (!allow_map_) return {};
   if (LakeResult r = try_continuation(size, /*extend=*/true); r.ptr) return r;
+  if (LakeResult r = try_grow_segment(size); r.ptr) return r;
   if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
   bool stitched = false;
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
   return {place_span(s, 0, nullptr, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+}
+
+// Where the free space at the end of a mapped segment is a little short of
+// the request, the segment grows by the difference: a request larger than
+// last step's (a longer sequence) then maps the difference instead of
+// stitching a whole new range. The space is a free run reaching the
+// segment's end (after the free tail of the chunk before it, if any), or a
+// whole idle segment that left the run index.
+LakeResult Lake::try_grow_segment(std::size_t size) {
+  constexpr int kMaxCandidates = 8;
+  const std::size_t bytes = round_up(size, options_.granularity);
+  auto grow = [&](SegmentId s, std::uint32_t start, Piece* tail) -> LakeResult {
+    Segment& seg = segments_[s];
+    const std::size_t have = (tail ? tail->size : 0) + (seg.size - seg.offsets[start]);
+    if (have >= size) return {};  // would fit; not this step's business
+    const std::size_t need = round_up(size - have, options_.granularity);
+    if (seg.reserve || seg.sealed || seg.size + need > seg.va_size) return {};
+    std::vector<ChunkId> chosen, created;
+    if (!gather_chunks(need, &chosen, &created, s)) return {};
+    const bool stitched = chosen.size() > created.size();
+    // An idle segment is indexed by its size, which changes; it goes back
+    // in whatever extend_segment does (it throws on a backend failure).
+    struct IdleKey {
+      Lake& lake;
+      SegmentId s;
+      bool idle;
+      ~IdleKey() {
+        if (idle) lake.idle_insert(s);
+      }
+    } key{*this, s, seg.busy == 0};
+    if (key.idle) idle_erase(s);
+    const bool grown = extend_segment(s, chosen);
+    if (!grown) {
+      for (ChunkId made : created) release_chunk(made);
+      return {};
+    }
+    if (key.idle) {
+      idle_insert(s);
+      key.idle = false;
+    }
+    if (stitched) ++stats_.prestitch_misses.current;
+    return {place_span(s, tail ? start - 1 : start, tail, size),
+            stitched ? AllocPath::stitch : AllocPath::fresh, size};
+  };
+  int n = 0;
+  for (auto it = free_runs_.lower_bound({bytes, 0, 0});
+       n < kMaxCandidates && it != free_runs_.begin(); ++n) {
+    --it;
+    if (it->bytes * 2 < bytes) break;  // the rest are smaller still
+    const Segment& seg = segments_[it->segment];
+    if (it->start + seg.runs.at(it->start) != seg.chunks.size()) continue;  // not at the end
+    Piece* tail = nullptr;
+    if (it->start > 0 && chunks_[seg.chunks[it->start - 1]].owner == it->segment) {
+      Piece* last = chunks_[seg.chunks[it->start - 1]].pieces;
+      while (last->next) last = last->next;
+      if (!last->allocated) tail = last;
+    }
+    if (LakeResult r = grow(it->segment, it->start, tail); r.ptr) return r;
+  }
+  n = 0;
+  for (auto it = idle_by_size_.lower_bound({bytes, 0});
+       n < kMaxCandidates && it != idle_by_size_.begin(); ++n) {
+    --it;
+    if (it->first * 2 < bytes) break;
+    if (segments_[it->second].indexed) continue;  // seen among the runs
+    if (LakeResult r = grow(it->second, 0, nullptr); r.ptr) return r;
+  }
+  return {};
 }
 
 // The smallest run of free chunks inside a mapped segment that holds

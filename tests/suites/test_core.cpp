@@ -19,10 +19,11 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;  // every chunk one granule, so a stitch is certain
   auto a = make(64 * MiB, c);
-  void* p1 = a->allocate(4 * MiB);
-  void* p2 = a->allocate(4 * MiB);
-  a->deallocate(p1, 4 * MiB);
-  a->deallocate(p2, 4 * MiB);
+  // Four one-chunk blocks in four segments, all freed: no segment's free
+  // space is even half of 8 MiB, so nothing grows; the chunks are stitched.
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a->allocate(2 * MiB));
+  for (void* q : ps) a->deallocate(q, 2 * MiB);
   settle(*a);
   const Stats before = a->stats();
   void* big = a->allocate(8 * MiB);
@@ -32,7 +33,7 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
       << "stitch must not create memory";
 
   auto aliases = a->impl().aliases(big);
-  ASSERT_EQ(aliases.size(), 4u);  // four 2 MiB chunks, each also mapped in its pBlock
+  ASSERT_EQ(aliases.size(), 4u);  // four 2 MiB chunks, each also mapped in its own segment
   auto slice = [&](std::size_t i) { return static_cast<char*>(big) + i * 2 * MiB; };
   auto alias = [&](std::size_t i) { return reinterpret_cast<void*>(aliases[i].first); };
   for (std::size_t i = 0; i < 4; ++i) ASSERT_EQ(aliases[i].second, 2 * MiB);
@@ -79,10 +80,28 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
   a->deallocate(small, 1024);
   a->deallocate(p, 6 * MiB - 4096);
   settle(*a);
-  // 8 MiB from the three free 2 MiB chunks plus one new: a stitch.
-  EXPECT_EQ(delta(&Stats::path_stitch, [&] { p = a->allocate(8 * MiB); }), 1);
+  // 8 MiB where the idle 6 MiB segment is: it grows by one new chunk at its
+  // end (three VMM calls: create, map, access), nothing else is mapped.
+  const Stats g0 = a->stats();
+  EXPECT_EQ(delta(&Stats::path_new, [&] { p = a->allocate(8 * MiB); }), 1);
+  EXPECT_EQ(a->stats().vmm_calls.current - g0.vmm_calls.current, 3);
+  EXPECT_EQ(a->stats().reserved_bytes.current - g0.reserved_bytes.current,
+            static_cast<std::int64_t>(2 * MiB));
+  platform_->fill(p, 8 * MiB, 5);
+  EXPECT_TRUE(platform_->check(p, 8 * MiB, 5));
   a->deallocate(p, 8 * MiB);
   EXPECT_INVARIANTS(*a);
+  // Scattered free chunks, none near the request's size: a stitch.
+  auto b = make(64 * MiB, c);
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(b->allocate(2 * MiB));
+  for (void* q : ps) b->deallocate(q, 2 * MiB);
+  settle(*b);
+  const Stats s0 = b->stats();
+  p = b->allocate(8 * MiB);
+  EXPECT_EQ(b->stats().path_stitch.current - s0.path_stitch.current, 1);
+  b->deallocate(p, 8 * MiB);
+  EXPECT_INVARIANTS(*b);
 }
 
 // A large block freed while a small block still sits in the tail of its last
