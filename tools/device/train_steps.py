@@ -14,4 +14,5 @@ for f in sys.argv[1:]:
         print('  crit   ', ' '.join(str(x) for x in d['critical_vmm_by_step']))
         print('  worker ', ' '.join(str(x) for x in d['worker_vmm_by_step']))
         for key in sorted(k for k in d if k.endswith('_ms_by_step')):
-            print('  %-22s' % key[:-len('_by_step')], ' '.join('%.1f' % x for x in d[key]))
+            print('  %-22s' % key[:-len('_by_step')], ' '.join('%.1f' % x for x in d[key]),
+                  '| steps>=5: %.0f' % sum(d[key][5:]))

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# gpu_quick.sh: the essential GPU checks from one Release build, for a
+# session with little device time (the other gpu_*.sh scripts each build
+# their own tree). In order, each under a time limit and the whole under
+# MEMLAKE_RUN_BUDGET (default 560 s):
+#   memlake_cuda_tests, then under compute-sanitizer memcheck;
+#   memlake-replay --backend cuda --allocator cudaMallocAsync (worker thread)
+#     over the traces in $MEMLAKE_TRACES (default .traces, else ../shared/traces);
+#   python/tests/test_torch_gpu.py;
+#   samples/pytorch_training/train.py: expandable segments and memlake per
+#     model (MEMLAKE_TORCH_MODELS), plus memlake with MEMLAKE_VARIANTS
+#     (option sets separated by ';') on the first model; per-step times,
+#     VMM calls and host time in the allocator (tools/device/train_steps.py);
+#   pipeline_parallel --backend cuda at scales 1 and 16.
+# Everything goes to $OUT (default ./out); quick-summary.txt collects it.
+set -u -o pipefail
+
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${MEMLAKE_BUILD_DIR:-build-quick}
+SUMMARY_NAME=quick-summary.txt
+BUDGET=${MEMLAKE_RUN_BUDGET:-560}
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
+TRACES=${MEMLAKE_TRACES:-.traces}
+[[ -d $TRACES ]] || TRACES=../shared/traces
+
+machine
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+step configure 120 "$OUT/quick-build.log" cmake -S . -B "$BUILD" "${GENERATOR[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+  step build 240 "$OUT/quick-build.log" cmake --build "$BUILD" -j "$(nproc)" --target \
+    memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared || {
+  tail -n 30 "$OUT/quick-build.log" | tee -a "$SUMMARY"
+  exit 1
+}
+
+step cuda-tests 120 "$OUT/cuda-tests.log" "$BUILD/tests/memlake_cuda_tests"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cuda-tests.log" | tee -a "$SUMMARY"
+step memcheck 120 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --report-api-errors no \
+  "$BUILD/tests/memlake_cuda_tests"
+grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/memcheck.log" | tee -a "$SUMMARY"
+
+step replay 150 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
+  --allocator cudaMallocAsync --json --no-progress "$TRACES"/*.csv.gz
+grep '^{' "$OUT/replay.log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    a = (d.get("cuda_async_measured") or {}).get("peak_reserved_bytes")
+    w = d["alloc_ns_after_warmup"]
+    print("  %-20s memlake %6.2f GiB util %.4f | cudaMallocAsync %s | after warm-up: alloc median %d ns p99 %d ns, critical VMM %d; by path %s" % (
+        d["trace"][:20], d["peak_reserved_bytes"] / 2**30, d["utilization"],
+        "%.2f GiB ratio %.3f" % (a / 2**30, d["peak_reserved_bytes"] / a) if a else "n/a",
+        w["median"], w["p99"], d["critical_path_vmm_calls_after_warmup"],
+        {k: (v["median"], v["p99"]) for k, v in d["alloc_ns_after_warmup_by_path"].items() if v["count"]}))
+' | tee -a "$SUMMARY"
+
+export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
+step torch-tests 150 "$OUT/torch-tests.log" python3 python/tests/test_torch_gpu.py -v
+grep -E "^(Ran|OK|FAILED)" "$OUT/torch-tests.log" | tee -a "$SUMMARY"
+
+STEPS=${MEMLAKE_TORCH_STEPS:-20}
+IFS=';' read -r -a VARIANTS <<<"${MEMLAKE_VARIANTS-}"
+first=1
+for model in ${MEMLAKE_TORCH_MODELS:-gpt2-recompute llama-lora}; do
+  runs=()
+  for allocator in expandable memlake; do
+    json=$OUT/$model-$allocator.json
+    step "$model-$allocator" 100 "$json" python3 samples/pytorch_training/train.py \
+      --allocator "$allocator" --model "$model" --steps "$STEPS" && runs+=("$json")
+  done
+  if ((first)); then
+    i=0
+    for conf in "${VARIANTS[@]}"; do
+      json=$OUT/$model-memlake-$i.json
+      note "[$model memlake-$i] options '$conf'"
+      step "$model-memlake-$i" 100 "$json" python3 samples/pytorch_training/train.py \
+        --allocator memlake --model "$model" --steps "$STEPS" --memlake-conf "$conf" && runs+=("$json")
+      i=$((i + 1))
+    done
+  fi
+  first=0
+  python3 tools/device/train_steps.py "${runs[@]}" | tee -a "$SUMMARY"
+done
+
+for scale in 1 16; do
+  step "pipeline-$scale" 60 "$OUT/pipeline.log" "$BUILD/samples/pipeline_parallel" --backend cuda \
+    --scale "$scale"
+done
+grep -E "^pipeline_parallel|peak reserved|utilization|host waits|mismatches|pool reserved" \
+  "$OUT/pipeline.log" | tee -a "$SUMMARY"
+note "== done in $(($(date +%s) - START))s"
