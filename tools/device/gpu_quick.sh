@@ -37,11 +37,11 @@ step configure 120 "$OUT/quick-build.log" cmake -S . -B "$BUILD" "${GENERATOR[@]
 
 step cuda-tests 120 "$OUT/cuda-tests.log" "$BUILD/tests/memlake_cuda_tests"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cuda-tests.log" | tee -a "$SUMMARY"
-step memcheck 120 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --report-api-errors no \
+step memcheck 90 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --report-api-errors no \
   "$BUILD/tests/memlake_cuda_tests"
 grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/memcheck.log" | tee -a "$SUMMARY"
 
-step replay 150 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
+step replay 120 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
   --allocator cudaMallocAsync --json --no-progress "$TRACES"/*.csv.gz
 grep '^{' "$OUT/replay.log" | python3 -c '
 import json, sys
@@ -57,7 +57,7 @@ for line in sys.stdin:
 ' | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
-step torch-tests 150 "$OUT/torch-tests.log" python3 python/tests/test_torch_gpu.py -v
+step torch-tests 100 "$OUT/torch-tests.log" python3 python/tests/test_torch_gpu.py -v
 grep -E "^(Ran|OK|FAILED)" "$OUT/torch-tests.log" | tee -a "$SUMMARY"
 
 STEPS=${MEMLAKE_TORCH_STEPS:-20}
