@@ -149,10 +149,11 @@ TEST(GpuKernels, StitchedBlockWrittenByAKernelReadsBackThroughTheChunksOwnMappin
   c.capacity = 256 * kMiB;
   Allocator a(c);
 
-  void* p1 = a.allocate(4 * kMiB);
-  void* p2 = a.allocate(4 * kMiB);
-  a.deallocate(p1, 4 * kMiB);
-  a.deallocate(p2, 4 * kMiB);
+  // Four one-chunk blocks in four segments, all freed: no segment's free
+  // space is half of 8 MiB, so none grows; the four chunks are stitched.
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a.allocate(2 * kMiB));
+  for (void* p : ps) a.deallocate(p, 2 * kMiB);
   ASSERT_CUDA(cudaDeviceSynchronize());
   a.process_pending_frees();
   const Stats before = a.stats();
