@@ -43,6 +43,8 @@ struct LakeOptions {
   std::size_t capacity = 0;
   std::size_t small_max = std::size_t{1} << 20;
   std::size_t max_chunk = std::size_t{2} << 20;
+  std::size_t large_chunk = 0;  // 0: max_chunk for every request
+  std::size_t large_chunk_from = 0;
   double fit_slack = 0.125;
   double stitch_cache_ratio = 4.0;
   bool defer_eviction = false;  // a worker unmaps ranges over the budget
@@ -283,17 +285,15 @@ class Lake {
   std::size_t fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
-  bool allow_new_ = true;                      // for the allocate() call in progress
-  bool allow_map_ = true;                      // likewise
-  bool stitch_demand_ = false;                 // a request stitched since the last consolidation
-  std::size_t demand_target_ = 0;              // the largest large request since the last reclaim
-  std::size_t freed_since_consolidation_ = 0;  // chunk bytes that came free
-  bool large_since_consolidation_ = false;     // a request near the target came
-  std::size_t creating_bytes_ = 0;             // a reserve job's chunks in the making
-  std::vector<SegmentId> reserve_segments_;    // ranges over the worker's reserve
-  std::vector<SegmentId> consolidated_;        // the worker's indexed ranges, oldest first
-  std::vector<Mapping> slots_changed_;         // claimed or freed, not yet in the run index
-  std::vector<Mapping> flush_sorted_;          // flush_slots' scratch space
+  bool allow_new_ = true;                    // for the allocate() call in progress
+  bool allow_map_ = true;                    // likewise
+  bool stitch_demand_ = false;               // a request stitched since the last consolidation
+  std::size_t demand_target_ = 0;            // the largest large request since the last reclaim
+  std::size_t creating_bytes_ = 0;           // a reserve job's chunks in the making
+  std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
+  std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
+  std::vector<Mapping> slots_changed_;       // claimed or freed, not yet in the run index
+  std::vector<Mapping> flush_sorted_;        // flush_slots' scratch space
   std::vector<std::uint32_t> flush_group_start_;
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.

@@ -390,7 +390,6 @@ void Lake::unclaim(ChunkId id) {
   c.owner = kNone;
   free_chunks_.emplace(c.size, id);
   free_chunk_bytes_ += c.size;
-  freed_since_consolidation_ += c.size;
   for (Mapping m : c.mapped_in) {
     Segment& seg = segments_[m.segment];
     if (--seg.busy == 0) idle_insert(m.segment);

@@ -67,7 +67,6 @@ LakeResult Lake::allocate_small(std::size_t size) {
 LakeResult Lake::allocate_large(std::size_t size) {
   const std::size_t bytes = round_up(size, options_.granularity);
   demand_target_ = std::max(demand_target_, bytes);
-  if (bytes * 2 >= demand_target_) large_since_consolidation_ = true;
   if (SegmentId s = find_idle_segment(bytes); s != kNone)
     return {place_span(s, 0, nullptr, size), AllocPath::exact, size};
   if (LakeResult r = try_continuation(size, /*extend=*/false); r.ptr) return r;
@@ -318,15 +317,18 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
   return false;
 }
 
-// How `bytes` of new memory is cut into chunks: parts of max_chunk, and the
-// last granule on its own, since it usually holds the block's tail, which
-// small requests will share: sharing then pins one granule, not the body.
+// How `bytes` of new memory is cut into chunks: parts of max_chunk (of
+// large_chunk for a large request), and the last granule on its own, since
+// it usually holds the block's tail, which small requests will share:
+// sharing then pins one granule, not the body.
 std::vector<std::size_t> Lake::chunk_sizes_for(std::size_t bytes) const {
   const std::size_t g = options_.granularity;
   std::vector<std::size_t> sizes;
   if (bytes <= g) return {bytes};
+  const bool large = options_.large_chunk != 0 && bytes >= options_.large_chunk_from;
+  const std::size_t unit = large ? options_.large_chunk : options_.max_chunk;
   for (std::size_t body = bytes - g; body > 0;) {
-    const std::size_t part = std::min(body, std::max(options_.max_chunk / g * g, g));
+    const std::size_t part = std::min(body, std::max(unit / g * g, g));
     sizes.push_back(part);
     body -= part;
   }

@@ -183,12 +183,13 @@ class Workload {
 
   void run() {
     // Phase 0: free chunks scattered one by one between live ones, then
-    // requests that must stitch: the mapping worker consolidates the rest.
-    for (int i = 0; i < 20; ++i) allocate(G - static_cast<std::size_t>(i % 2));
+    // requests that must stitch (three chunks where no free run holds even
+    // half): the mapping worker consolidates the rest.
+    for (int i = 0; i < 24; ++i) allocate(G - static_cast<std::size_t>(i % 2));
     release_where([](const LiveBlock& b) { return b.size == G; });
     call("process_pending_frees", [&] { rig_.alloc->process_pending_frees(); });
-    allocate(3 * U);
     allocate(5 * U);
+    allocate(3 * U);
     release_where([](const LiveBlock&) { return true; });
     // Phase 1: small, medium and large blocks; a tail shared by a small one.
     for (std::size_t size :

@@ -82,12 +82,15 @@ TEST(Worker, AConsolidatedRangeTakesOverTheRunsOfTheSegmentsItCovers) {
   scatter(a);
   const lake::Lake& lake = a.impl().lake();
   EXPECT_EQ(lake.free_run_count(), 16u) << "one run per one-chunk segment";
-  void* first =
-      a.allocate(8 * MiB);  // stitches 4 chunks; the worker maps the other 12 as one range
-  // The 12 idle one-chunk segments are covered by the range: only its run is
-  // kept up to date, the stitched block's segment has none (all owned).
-  EXPECT_EQ(lake.free_run_count(), 1u);
-  EXPECT_EQ(lake.indexed_segment_count(), 6u) << "the range, the block's, and its 4 chunks' own";
+  // Stitches 4 chunks; the worker maps 8 of the other 12 (as many as the
+  // largest request needs, at least 8) as one range.
+  void* first = a.allocate(8 * MiB);
+  // The 8 idle one-chunk segments the range covers leave the run index:
+  // only the range's run and the 4 uncovered segments' runs are kept up to
+  // date; the stitched block's segment has none (all owned).
+  EXPECT_EQ(lake.free_run_count(), 1u + 4u);
+  EXPECT_EQ(lake.indexed_segment_count(), 10u)
+      << "the range, the block's, its 4 chunks' own and the 4 uncovered";
   EXPECT_EQ(a.check_invariants(), "");
   // The superseded segments still serve whole, as exact fits.
   const Stats s0 = a.stats();

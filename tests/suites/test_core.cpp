@@ -104,6 +104,31 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
   EXPECT_INVARIANTS(*b);
 }
 
+// A request of at least large_chunk_from bytes gets its body in large_chunk
+// chunks (half the handles to map), a smaller one in max_chunk chunks; the
+// last granule is a chunk of its own either way, and the bytes are intact.
+TEST_F(CoreTest, LargeRequestsAreMadeOfLargerChunks) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  c.large_chunk = 4 * MiB;
+  c.large_chunk_from = 64 * MiB;
+  auto a = make(256 * MiB, c);
+  const Stats s0 = a->stats();
+  void* big = a->allocate(70 * MiB);  // 68 MiB body in 4 MiB chunks + one granule
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.chunks.current - s0.chunks.current, 17 + 1);
+  void* medium = a->allocate(62 * MiB);  // below the threshold: 2 MiB chunks
+  const Stats s2 = a->stats();
+  EXPECT_EQ(s2.chunks.current - s1.chunks.current, 31);
+  platform_->fill(big, 70 * MiB, 41);
+  platform_->fill(medium, 62 * MiB, 42);
+  EXPECT_TRUE(platform_->check(big, 70 * MiB, 41));
+  EXPECT_TRUE(platform_->check(medium, 62 * MiB, 42));
+  a->deallocate(big, 70 * MiB);
+  a->deallocate(medium, 62 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
 // A large block freed while a small block still sits in the tail of its last
 // chunk: the next request of its size goes back to the same place (the free
 // chunks plus the free head of that chunk), mapping and creating nothing,
