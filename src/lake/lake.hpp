@@ -7,7 +7,8 @@
 //                   free run -> a one-chunk segment
 //   others:         idle segment that fits (exact) -> continuation of a recent
 //                   tail -> fragment best fit (split) -> smallest free run
-//                   -> continuation past a segment's end -> stitch free chunks
+//                   -> continuation past a segment's end -> grow a segment
+//                   whose free end holds half or more -> stitch free chunks
 //                   (+ new ones for the deficit) -> (caller) reclaim and retry
 //                   -> OOM
 #pragma once
