@@ -99,9 +99,10 @@ struct Config {
   // each such free records an event (~0.35 us on an H200).
   std::size_t free_batch_bytes = 0;
 
-  // The mapping worker stitches free chunks into ranges ahead of demand, off
-  // the allocating thread. inline_jobs runs the same jobs at the same points
-  // on the allocating thread (deterministic, for tests and replay).
+  // The mapping worker stitches free chunks into one range after a request
+  // had to stitch, and unmaps over the budget, off the allocating thread.
+  // inline_jobs runs the same jobs at the same points on the allocating
+  // thread (deterministic, for tests and replay).
   WorkerMode worker = WorkerMode::thread;
   // Free chunks the worker keeps created and mapped ahead of demand, so a
   // request that needs new memory maps nothing. They count as reserved
