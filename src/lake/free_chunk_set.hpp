@@ -26,14 +26,19 @@ class FreeChunkSet {
  public:
   using value_type = std::pair<std::size_t, ChunkId>;
 
-  class const_iterator {
-   public:
-    using iterator_category = std::bidirectional_iterator_tag;
+ private:
+  template <typename Category>
+  struct IteratorTypes {
+    using iterator_category = Category;
     using value_type = FreeChunkSet::value_type;
     using difference_type = std::ptrdiff_t;
     using pointer = const value_type*;
     using reference = const value_type&;
+  };
 
+ public:
+  class const_iterator : public IteratorTypes<std::bidirectional_iterator_tag> {
+   public:
     const_iterator() = default;
     reference operator*() const { return value_; }
     pointer operator->() const { return &value_; }
@@ -73,14 +78,8 @@ class FreeChunkSet {
   using iterator = const_iterator;
   // Largest first. Not std::reverse_iterator: that one dereferences a
   // temporary copy, and this iterator holds the element it points at.
-  class const_reverse_iterator {
+  class const_reverse_iterator : public IteratorTypes<std::forward_iterator_tag> {
    public:
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = FreeChunkSet::value_type;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const value_type*;
-    using reference = const value_type&;
-
     const_reverse_iterator() = default;
     reference operator*() const { return *at_; }
     pointer operator->() const { return at_.operator->(); }

@@ -15,16 +15,21 @@
 namespace memlake::test {
 namespace {
 
+// Four one-chunk blocks in four segments, all freed and back in the lake:
+// no segment's free space is even half of 8 MiB, so a request of 8 MiB
+// cannot grow a segment; it stitches the four chunks.
+void scatter_four_chunks(Allocator& a) {
+  std::vector<void*> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(a.allocate(2 * MiB));
+  for (void* q : ps) a.deallocate(q, 2 * MiB);
+  a.process_pending_frees();
+}
+
 TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;  // every chunk one granule, so a stitch is certain
   auto a = make(64 * MiB, c);
-  // Four one-chunk blocks in four segments, all freed: no segment's free
-  // space is even half of 8 MiB, so nothing grows; the chunks are stitched.
-  std::vector<void*> ps;
-  for (int i = 0; i < 4; ++i) ps.push_back(a->allocate(2 * MiB));
-  for (void* q : ps) a->deallocate(q, 2 * MiB);
-  settle(*a);
+  scatter_four_chunks(*a);
   const Stats before = a->stats();
   void* big = a->allocate(8 * MiB);
   const Stats after = a->stats();
@@ -93,10 +98,7 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
   EXPECT_INVARIANTS(*a);
   // Scattered free chunks, none near the request's size: a stitch.
   auto b = make(64 * MiB, c);
-  std::vector<void*> ps;
-  for (int i = 0; i < 4; ++i) ps.push_back(b->allocate(2 * MiB));
-  for (void* q : ps) b->deallocate(q, 2 * MiB);
-  settle(*b);
+  scatter_four_chunks(*b);
   const Stats s0 = b->stats();
   p = b->allocate(8 * MiB);
   EXPECT_EQ(b->stats().path_stitch.current - s0.path_stitch.current, 1);
