@@ -294,8 +294,11 @@ class Lake {
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
   std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
   std::vector<Mapping> slots_changed_;       // claimed or freed, not yet in the run index
-  std::vector<Mapping> flush_sorted_;        // flush_slots' scratch space
-  std::vector<std::uint32_t> flush_group_start_;
+  struct Stretch {
+    std::uint32_t start = 0, count = 0;
+  };
+  std::vector<Stretch> open_stretches_;      // flush_slots' scratch: one per segment
+  std::vector<SegmentId> touched_segments_;  // ...with an open stretch
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;

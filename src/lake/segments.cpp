@@ -473,39 +473,38 @@ void Lake::dissolve_reserve(SegmentId s) {
 // The run index catches up with the chunks claim() or unclaim() changed, in
 // one pass: a block's chunks are mostly neighbouring slots in every segment
 // that maps them (in either order: a consolidated range may list them
-// backwards), so once sorted, each stretch of slots costs one run split or
-// merge instead of one per chunk and mapping.
+// backwards), so each segment's stretch of neighbouring slots grows while
+// the slots come and costs one run split or merge when it ends, instead of
+// one per chunk and mapping. Any order is correct: a stretch that ends
+// early is only one more split or merge.
 void Lake::flush_slots(bool freed) {
-  // Group by segment (a counting sort: few segments, many slots), then order
-  // each group; a block's slots usually come in ascending or descending order.
-  std::vector<std::uint32_t>& start = flush_group_start_;
-  start.assign(segments_.size() + 1, 0);
-  for (Mapping m : slots_changed_) ++start[m.segment + 1];
-  for (std::size_t s = 1; s < start.size(); ++s) start[s] += start[s - 1];
-  flush_sorted_.resize(slots_changed_.size());
-  for (Mapping m : slots_changed_) flush_sorted_[start[m.segment]++] = m;
-  const auto by_index = [](Mapping a, Mapping b) { return a.index < b.index; };
-  auto close = [&](SegmentId s, std::uint32_t first, std::uint32_t count) {
+  if (open_stretches_.size() < segments_.size()) open_stretches_.resize(segments_.size());
+  auto close = [&](SegmentId s, const Stretch& st) {
     if (freed)
-      slots_freed(s, first, count);
+      slots_freed(s, st.start, st.count);
     else
-      slots_claimed(s, first, count);
+      slots_claimed(s, st.start, st.count);
   };
-  for (auto group = flush_sorted_.begin(); group != flush_sorted_.end();) {
-    const SegmentId s = group->segment;
-    const auto group_end = flush_sorted_.begin() + start[s];
-    if (std::is_sorted(group, group_end, [](Mapping a, Mapping b) { return a.index > b.index; }))
-      std::reverse(group, group_end);
-    else if (!std::is_sorted(group, group_end, by_index))
-      std::sort(group, group_end, by_index);
-    for (auto it = group; it != group_end;) {
-      std::uint32_t count = 1;
-      while (it + count != group_end && (it + count)->index == it->index + count) ++count;
-      close(s, it->index, count);
-      it += count;
+  for (Mapping m : slots_changed_) {
+    Stretch& st = open_stretches_[m.segment];
+    if (st.count == 0) {
+      st = {m.index, 1};
+      touched_segments_.push_back(m.segment);
+    } else if (m.index == st.start + st.count) {
+      ++st.count;
+    } else if (m.index + 1 == st.start) {
+      --st.start;
+      ++st.count;
+    } else {
+      close(m.segment, st);
+      st = {m.index, 1};
     }
-    group = group_end;
   }
+  for (SegmentId s : touched_segments_) {
+    close(s, open_stretches_[s]);
+    open_stretches_[s] = {};
+  }
+  touched_segments_.clear();
   slots_changed_.clear();
 }
 
