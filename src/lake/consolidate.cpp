@@ -4,9 +4,10 @@
 // - consolidation: after a request had to stitch because free memory is
 //   scattered over many segments, map the largest free chunks (as many as
 //   the largest request needs) into one new range, so the next large
-//   request finds a free run and maps nothing on the allocating thread. Chunks may be mapped at
-//   several addresses, so this takes no memory from anyone: the chunks stay free until a request
-//   claims them through whichever segment it finds.
+//   request finds a free run and maps nothing on the allocating thread.
+//   Chunks may be mapped at several addresses, so this takes no memory from
+//   anyone: the chunks stay free until a request claims them through
+//   whichever segment it finds.
 // - reserve top-up (Config::reserve): create and map chunks ahead of demand,
 //   so a request that needs new memory finds it mapped.
 // - eviction: unmap cached ranges over the mapping budget.

@@ -230,6 +230,10 @@ class Lake {
   DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   void record(DevicePtr ptr, const Allocation& a);
+  // The last piece of owned chunk `c` if it is free, else nullptr.
+  Piece* free_tail(ChunkId c) const;
+  // That of the chunk before `slot` in segment `s`, if `s` owns it.
+  Piece* free_tail_before(SegmentId s, std::uint32_t slot) const;
 
   [[noreturn]] void backend_failure(const char* what, Status s) const;
   [[noreturn]] void backend_failure(const char* what, Status s, const std::string& cause) const;

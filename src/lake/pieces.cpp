@@ -145,11 +145,21 @@ DevicePtr Lake::place_on_piece(Piece* fragment, std::size_t size, std::size_t re
   return ptr;
 }
 
-void Lake::remember_tail(SegmentId s, std::size_t last_chunk_index) {
-  ChunkId c = segments_[s].chunks[last_chunk_index];
+Piece* Lake::free_tail(ChunkId c) const {
   Piece* last = chunks_[c].pieces;
   while (last->next) last = last->next;
-  if (last->allocated) return;
+  return last->allocated ? nullptr : last;
+}
+
+Piece* Lake::free_tail_before(SegmentId s, std::uint32_t slot) const {
+  if (slot == 0) return nullptr;
+  const ChunkId c = segments_[s].chunks[slot - 1];
+  return chunks_[c].owner == s ? free_tail(c) : nullptr;
+}
+
+void Lake::remember_tail(SegmentId s, std::size_t last_chunk_index) {
+  ChunkId c = segments_[s].chunks[last_chunk_index];
+  if (!free_tail(c)) return;
   if (recent_tails_.size() >= 16) recent_tails_.erase(recent_tails_.begin());
   recent_tails_.push_back(c);
 }

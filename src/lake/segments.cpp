@@ -173,8 +173,8 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
   return id;
 }
 
-// Maps free chunks at the end of segment `s` (which must own chunks, so it
-// is in no idle or LRU index). False when the backend refuses.
+// Maps free chunks at the end of segment `s`; an idle one moves in the idle
+// index, which is keyed by size. False when the backend refuses.
 bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
   Segment& seg = segments_[s];
   std::size_t total = 0;
@@ -216,7 +216,10 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
   }
   offset = seg.size;
   if (!seg.stitched) gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
+  const bool idle = seg.busy == 0;  // the new chunks are free: it stays idle
+  if (idle) idle_erase(s);
   seg.size += total;
+  if (idle) idle_insert(s);
   const auto first_new = static_cast<std::uint32_t>(seg.chunks.size());
   for (ChunkId c : ids) {
     chunks_[c].mapped_in.push_back({s, static_cast<std::uint32_t>(seg.chunks.size())});

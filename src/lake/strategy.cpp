@@ -106,25 +106,9 @@ LakeResult Lake::try_grow_segment(std::size_t size) {
     std::vector<ChunkId> chosen, created;
     if (!gather_chunks(need, &chosen, &created, s)) return {};
     const bool stitched = chosen.size() > created.size();
-    // An idle segment is indexed by its size, which changes; it goes back
-    // in whatever extend_segment does (it throws on a backend failure).
-    struct IdleKey {
-      Lake& lake;
-      SegmentId s;
-      bool idle;
-      ~IdleKey() {
-        if (idle) lake.idle_insert(s);
-      }
-    } key{*this, s, seg.busy == 0};
-    if (key.idle) idle_erase(s);
-    const bool grown = extend_segment(s, chosen);
-    if (!grown) {
+    if (!extend_segment(s, chosen)) {
       for (ChunkId made : created) release_chunk(made);
       return {};
-    }
-    if (key.idle) {
-      idle_insert(s);
-      key.idle = false;
     }
     if (stitched) ++stats_.prestitch_misses.current;
     return {place_span(s, tail ? start - 1 : start, tail, size),
@@ -137,13 +121,9 @@ LakeResult Lake::try_grow_segment(std::size_t size) {
     if (it->bytes * 2 < bytes) break;  // the rest are smaller still
     const Segment& seg = segments_[it->segment];
     if (it->start + seg.runs.at(it->start) != seg.chunks.size()) continue;  // not at the end
-    Piece* tail = nullptr;
-    if (it->start > 0 && chunks_[seg.chunks[it->start - 1]].owner == it->segment) {
-      Piece* last = chunks_[seg.chunks[it->start - 1]].pieces;
-      while (last->next) last = last->next;
-      if (!last->allocated) tail = last;
-    }
-    if (LakeResult r = grow(it->segment, it->start, tail); r.ptr) return r;
+    if (LakeResult r = grow(it->segment, it->start, free_tail_before(it->segment, it->start));
+        r.ptr)
+      return r;
   }
   n = 0;
   for (auto it = idle_by_size_.lower_bound({bytes, 0});
@@ -201,12 +181,7 @@ LakeResult Lake::try_run_between_pieces(std::size_t size) {
     if (seg.reserve) continue;
     const std::uint32_t start = it->start;
     const std::uint32_t end = start + seg.runs.at(start);
-    Piece* tail = nullptr;
-    if (start > 0 && chunks_[seg.chunks[start - 1]].owner == s) {
-      Piece* last = chunks_[seg.chunks[start - 1]].pieces;
-      while (last->next) last = last->next;
-      if (!last->allocated) tail = last;
-    }
+    Piece* tail = free_tail_before(s, start);
     std::size_t head = 0;
     if (end < seg.chunks.size() && chunks_[seg.chunks[end]].owner == s &&
         !chunks_[seg.chunks[end]].pieces->allocated)
@@ -237,9 +212,8 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     const ChunkId c = *it;
     const Chunk& chunk = chunks_[c];
     if (!chunk.in_use || chunk.owner == kNone) continue;
-    Piece* last = chunk.pieces;
-    while (last->next) last = last->next;
-    if (last->allocated) continue;
+    Piece* last = free_tail(c);
+    if (!last) continue;
     const SegmentId s = chunk.owner;
     const Segment& seg = segments_[s];
     const auto i = static_cast<std::uint32_t>(

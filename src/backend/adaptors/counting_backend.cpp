@@ -8,6 +8,18 @@ namespace memlake {
 CountingBackend::CountingBackend(std::unique_ptr<Backend> upstream)
     : BackendAdaptor(std::move(upstream), "counting") {}
 
+namespace {
+// Runs `call`, adding its host nanoseconds to `ns` when there is one.
+template <typename Call>
+Status timed(std::atomic<std::uint64_t>* ns, Call call) {
+  if (ns == nullptr) return call();
+  const std::int64_t start = now_ns();
+  const Status s = call();
+  ns->fetch_add(static_cast<std::uint64_t>(now_ns() - start), std::memory_order_relaxed);
+  return s;
+}
+}  // namespace
+
 template <typename Call>
 Status CountingBackend::vmm(VmmOp op, Call call) {
   const auto i = static_cast<std::size_t>(op);
@@ -21,21 +33,12 @@ Status CountingBackend::vmm(VmmOp op, Call call) {
     worker_[i].fetch_add(1, std::memory_order_relaxed);
     ns = &worker_vmm_ns_;
   }
-  if (ns == nullptr) return call();
-  const std::int64_t start = now_ns();
-  const Status s = call();
-  ns->fetch_add(static_cast<std::uint64_t>(now_ns() - start), std::memory_order_relaxed);
-  return s;
+  return timed(ns, call);
 }
 
 template <typename Call>
 Status CountingBackend::event(Call call) {
-  if (!CriticalPathScope::active()) return call();
-  const std::int64_t start = now_ns();
-  const Status s = call();
-  critical_event_ns_.fetch_add(static_cast<std::uint64_t>(now_ns() - start),
-                               std::memory_order_relaxed);
-  return s;
+  return timed(CriticalPathScope::active() ? &critical_event_ns_ : nullptr, call);
 }
 
 std::uint64_t CountingBackend::sum(const Counters& c) {
