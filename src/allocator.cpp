@@ -113,6 +113,7 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   // on a GPU) are closed only before the lake would map: until then their
   // blocks stay where a same-size request on their stream takes them back.
   const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
+  lake_.fences_completed(scheduler_.completed_fences());
   lake::LakeResult r;
   if (config_.lazy_batches) {
     scheduler_.harvest(release);
@@ -142,9 +143,21 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
     }
     return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
   }
+  // Still before new memory: every pending block at once, made free for
+  // every stream by GPU-side waits, where together with the lake's free
+  // space they could hold the request.
+  if (config_.cross_stream_wait && scheduler_.pending_blocks() != 0 &&
+      scheduler_.pending_bytes() + lake_.free_chunk_bytes() + lake_.fragment_bytes() >= size &&
+      scheduler_.fence_all([this](const StreamScheduler::Block& b, std::uint64_t fence) {
+        lake_.free(b.ptr, fence);
+      }) != 0) {
+    r = lake_.allocate(bytes, /*allow_new=*/false);
+    if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
+  }
   r = lake_.allocate(bytes, /*allow_new=*/true);
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, r.path);
   // Reclaim: unmap cached ranges and release unused chunks, then retry once.
+  lake_.fences_completed(scheduler_.completed_fences());
   lake_.reclaim();
   r = lake_.allocate(bytes, /*allow_new=*/true);
   if (r.ptr) return hand_out(r.ptr, r.size, bytes, stream, AllocPath::reclaim);
@@ -262,6 +275,7 @@ void AllocatorImpl::empty_cache() {
   worker_.wait_idle(lock);  // its pinned chunks must be released too
   scheduler_.close_open_batches();
   scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  lake_.fences_completed(scheduler_.completed_fences());
   lake_.reclaim();
 }
 

@@ -72,7 +72,8 @@ std::size_t Lake::reclaim() {
   last_failure_.clear();
   bool clean = retire_zombies();
   std::vector<SegmentId> victims;
-  for (auto [age, s] : unpinned_by_age_) victims.push_back(s);
+  for (auto [age, s] : unpinned_by_age_)
+    if (unmappable(segments_[s])) victims.push_back(s);
   for (SegmentId s : victims) clean &= unmap_segment(s);
   std::vector<ChunkId> unmapped;
   for (auto [size, c] : free_chunks_) {

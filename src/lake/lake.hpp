@@ -72,8 +72,11 @@ class Lake {
   // (only what is mapped and free serves). Throws backend_error when the
   // backend fails for another reason.
   LakeResult allocate(std::size_t requested, bool allow_new = true, bool allow_map = true);
-  // The pointer must be a live allocation (see find()).
-  void free(DevicePtr ptr);
+  // The pointer must be a live allocation (see find()). `fence`: the block
+  // may be in use by GPU work until that fence completes (fences_completed).
+  void free(DevicePtr ptr, std::uint64_t fence = 0);
+  // Fences up to and including `through` have completed.
+  void fences_completed(std::uint64_t through) { fences_done_ = through; }
   // Cuts a live allocation after its first `keep` bytes (a multiple of
   // kAlignment, less than its size) into two; returns the second's address.
   DevicePtr split(DevicePtr ptr, std::size_t keep);
@@ -290,6 +293,8 @@ class Lake {
   std::size_t fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
+  std::uint64_t fences_done_ = 0;
+  bool unmappable(const Segment& seg) const { return seg.fence <= fences_done_; }
   bool allow_new_ = true;                    // for the allocate() call in progress
   bool allow_map_ = true;                    // likewise
   bool stitch_demand_ = false;               // a request stitched since the last consolidation

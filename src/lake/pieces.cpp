@@ -190,10 +190,11 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   return ptr + keep;
 }
 
-void Lake::free(DevicePtr ptr) {
+void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end());
   Allocation a = it->second;
+  if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
   // Unclaiming chunks changes ownership only; the segment stays mapped.

@@ -347,7 +347,7 @@ void Lake::plan_evictions(std::vector<Zombie>* out, SegmentId keep) {
     SegmentId victim = it->second;
     ++it;
     const Segment& seg = segments_[victim];
-    if (victim == keep || mapped_inside(seg.va, seg.va_size)) continue;
+    if (victim == keep || mapped_inside(seg.va, seg.va_size) || !unmappable(seg)) continue;
     out->push_back(detach_segment(victim));
     ++stats_.evictions.current;
   }

@@ -100,6 +100,10 @@ struct Segment {
   bool indexed = true;
   bool in_use = false;  // slot holds a mapped segment
   std::uint64_t last_used = 0;
+  // A block freed into it by a fence (StreamScheduler::fence_all) may still
+  // be in use by queued GPU work until that fence completes: no unmapping
+  // before then.
+  std::uint64_t fence = 0;
 };
 
 struct Allocation {

@@ -1,6 +1,7 @@
 // Deferred frees: batches, the event pool and cross-stream handover.
 #include "stream/scheduler.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "memlake/errors.hpp"
@@ -53,8 +54,88 @@ bool StreamScheduler::known_stream(StreamHandle stream) {
   if (streams_.count(stream)) return true;
   bool capturing = false;
   if (backend_.stream_is_capturing(stream, &capturing) != Status::ok) return false;
+  // Memory fenced before this stream was seen may still be in use by work
+  // queued on the fenced streams.
+  if (!fences_.empty()) wait_on_fences(stream);
   streams_.emplace(stream, StreamState{});
   return true;
+}
+
+bool StreamScheduler::fence_sources(std::vector<StreamHandle>* out) {
+  auto add = [&](StreamHandle s) {
+    if (std::find(out->begin(), out->end(), s) == out->end()) out->push_back(s);
+  };
+  for (auto& [stream, st] : streams_) {
+    bool any = false;
+    for (const Batch& b : st.closed)
+      for (const Pending* p : b.blocks) any |= !p->taken;
+    for (const Pending* p : st.open) any |= !p->taken;
+    if (any) add(stream);
+  }
+  for (const Pending* p : tagged_) {
+    if (!fenceable(p)) continue;
+    add(p->stream);
+    for (StreamHandle s : p->used_on) add(s);
+  }
+  auto capturing = [&](StreamHandle s) {
+    bool c = false;
+    return backend_.stream_is_capturing(s, &c) != Status::ok || c;
+  };
+  for (StreamHandle s : *out)
+    if (capturing(s)) return false;
+  for (auto& [stream, st] : streams_)
+    if (capturing(stream)) return false;
+  return !out->empty();
+}
+
+bool StreamScheduler::fenceable(const Pending* p) const {
+  if (!streams_.count(p->stream)) return false;
+  return std::all_of(p->used_on.begin(), p->used_on.end(),
+                     [&](StreamHandle s) { return streams_.count(s) != 0; });
+}
+
+std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources) {
+  drop_completed_fences();
+  const std::uint64_t id = ++last_fence_;
+  for (StreamHandle source : sources) {
+    EventHandle e = acquire_event();
+    record(e, source);
+    for (auto& [stream, st] : streams_) {
+      if (stream == source) continue;
+      if (backend_.stream_wait_event(stream, e) != Status::ok)
+        throw backend_error(std::string("memlake: stream_wait_event failed: ") +
+                            backend_.last_error());
+      ++stats_.cross_stream_waits.current;
+    }
+    fences_.push_back({id, e});
+  }
+  ++stats_.fences.current;
+  return id;
+}
+
+std::uint64_t StreamScheduler::completed_fences() {
+  drop_completed_fences();
+  std::uint64_t through = last_fence_;
+  for (const Fence& f : fences_) through = std::min(through, f.id - 1);
+  return through;
+}
+
+void StreamScheduler::wait_on_fences(StreamHandle stream) {
+  drop_completed_fences();
+  for (const Fence& f : fences_) {
+    if (backend_.stream_wait_event(stream, f.event) != Status::ok)
+      throw backend_error(std::string("memlake: stream_wait_event failed: ") +
+                          backend_.last_error());
+    ++stats_.cross_stream_waits.current;
+  }
+}
+
+void StreamScheduler::drop_completed_fences() {
+  std::erase_if(fences_, [&](const Fence& f) {
+    if (backend_.event_query(f.event) == Status::not_ready) return false;
+    event_pool_.push_back(f.event);
+    return true;
+  });
 }
 
 void StreamScheduler::forget_stream(StreamHandle stream) {
@@ -91,6 +172,7 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
         p->events.push_back(e);
         record(e, s);
       }
+      p->used_on = also_used_on;
       EventHandle e = acquire_event();
       p->events.push_back(e);
       record(e, stream);
@@ -159,6 +241,10 @@ StreamScheduler::Block StreamScheduler::take(std::multimap<std::size_t, Pending*
   Pending* p = it->second;
   by_size.erase(it);
   p->indexed = false;
+  return take_pending(p);
+}
+
+StreamScheduler::Block StreamScheduler::take_pending(Pending* p) {
   // The Pending stays in its open list or batch, marked taken, and is freed
   // when that batch retires.
   p->taken = true;

@@ -54,6 +54,18 @@ class StreamScheduler {
   // wait on its event. For memory pressure: the caller may split it.
   bool take_smallest(StreamHandle stream, std::size_t min_size, Block* out);
 
+  // Memory pressure, when no single pending block serves: every pending
+  // block becomes free for every stream. Each stream with pending frees
+  // records one event after its work so far, and every other stream waits
+  // on it (GPU-side waits, no host wait); a stream first seen later waits on
+  // the fences not yet complete. Not while a stream involved is capturing a
+  // graph. Hands each block to `release`; returns the number released.
+  // `release(block, fence)`: the fence's id, for completed_fences().
+  template <class Release>
+  std::size_t fence_all(Release&& release);
+  // Every fence up to this id has completed.
+  std::uint64_t completed_fences();
+
   // Records an event for every stream's open batch.
   void close_open_batches();
   // Hands every block whose events have completed to `release`; returns the
@@ -79,7 +91,8 @@ class StreamScheduler {
     std::vector<EventHandle> events;    // record_stream blocks: one per stream used
     EventHandle batch_event = nullptr;  // the batch event once recorded
     bool taken = false;
-    bool indexed = false;  // in its stream's by_size
+    bool indexed = false;               // in its stream's by_size
+    std::vector<StreamHandle> used_on;  // record_stream blocks: the streams of `events`
   };
   struct Batch {
     EventHandle event = nullptr;
@@ -98,8 +111,18 @@ class StreamScheduler {
   void unindex(Pending* p);
   Block take(std::multimap<std::size_t, Pending*>& by_size,
              std::multimap<std::size_t, Pending*>::iterator it);
+  // Marks an unindexed block taken (its Pending stays in its batch).
+  Block take_pending(Pending* p);
   void finish(Pending* p);
   bool events_complete(Pending* p);
+  // Streams whose queued work pending blocks wait for; false if one of them
+  // (or a stream that would wait) is capturing.
+  bool fence_sources(std::vector<StreamHandle>* out);
+  // All its streams are streams of this scheduler (not destroyed since).
+  bool fenceable(const Pending* p) const;
+  std::uint64_t fence(const std::vector<StreamHandle>& sources);
+  void wait_on_fences(StreamHandle stream);
+  void drop_completed_fences();
 
   Backend& backend_;
   Stats& stats_;
@@ -111,6 +134,12 @@ class StreamScheduler {
   std::unordered_map<DevicePtr, Pending*> where_;
   std::vector<EventHandle> event_pool_;
   std::vector<EventHandle> all_events_;
+  struct Fence {
+    std::uint64_t id = 0;
+    EventHandle event = nullptr;
+  };
+  std::vector<Fence> fences_;  // recorded by fence(), not yet complete
+  std::uint64_t last_fence_ = 0;
   std::size_t pending_count_ = 0;
   std::size_t closed_count_ = 0;
   std::size_t pending_bytes_ = 0;
@@ -158,6 +187,36 @@ std::size_t StreamScheduler::harvest(Release&& release) {
       ++i;
     }
   }
+  return released;
+}
+
+template <class Release>
+std::size_t StreamScheduler::fence_all(Release&& release) {
+  std::vector<StreamHandle> sources;
+  if (pending_count_ == 0 || !fence_sources(&sources)) return 0;
+  close_open_batches();
+  const std::uint64_t id = fence(sources);
+  std::size_t released = 0;
+  for (auto& [stream, st] : streams_) {
+    for (Batch& batch : st.closed) {
+      for (Pending* p : batch.blocks) {
+        if (p->taken) continue;
+        unindex(p);
+        // Deleted when its batch retires, as a taken block is.
+        release(take_pending(p), id);
+        ++released;
+      }
+    }
+  }
+  // record_stream blocks whose streams are all alive and fenced.
+  std::erase_if(tagged_, [&](Pending* p) {
+    if (!fenceable(p)) return false;
+    Block b = p->block;
+    finish(p);
+    release(b, id);
+    ++released;
+    return true;
+  });
   return released;
 }
 

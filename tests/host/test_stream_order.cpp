@@ -299,3 +299,153 @@ TEST(StreamOrder, EagerBatchesCloseOnEverySlowPathAllocation) {
 
 }  // namespace
 }  // namespace memlake
+
+namespace memlake {
+namespace {
+
+// Notes whether the gated jobs had finished when it ran, then writes `tag`.
+struct RunsAfter {
+  const GatedWrite* first = nullptr;
+  const GatedWrite* second = nullptr;
+  void* block = nullptr;
+  std::size_t size = 0;
+  unsigned char tag = 0;
+  std::atomic<bool> ran_after{false};
+  static void run(void* self) {
+    auto* r = static_cast<RunsAfter*>(self);
+    r->ran_after = r->first->done.load() && r->second->done.load();
+    std::memset(r->block, r->tag, r->size);
+  }
+};
+
+// Two 32 MiB blocks freed on streams A and B while their queued work still
+// writes them, the capacity full: no single pending block holds a 64 MiB
+// request on C, together they do. A fence makes every stream wait for A's and
+// B's work so far, and the request is served from their memory, without new
+// memory and without a host wait.
+struct FenceCase {
+  std::unique_ptr<Allocator> a = make(/*cross_stream_wait=*/true);
+  Stream sa = a->create_stream(), sb = a->create_stream(), sc = a->create_stream();
+  GatedWrite job_a, job_b;
+  void* p1 = nullptr;
+  void* p2 = nullptr;
+
+  FenceCase() {
+    p1 = a->allocate(32 * MiB, sa);
+    p2 = a->allocate(32 * MiB, sb);
+    gate(job_a, p1, 0x11, sa);
+    gate(job_b, p2, 0x22, sb);
+    a->deallocate(p1, 32 * MiB, sa);
+    a->deallocate(p2, 32 * MiB, sb);
+  }
+  void gate(GatedWrite& job, void* p, unsigned char tag, Stream s) {
+    job.block = p;
+    job.size = 32 * MiB;
+    job.tag = tag;
+    EXPECT_EQ(a->backend().launch_host_func(s, &GatedWrite::run, &job), Status::ok);
+  }
+  void open_gates() {
+    job_a.open = true;
+    job_b.open = true;
+    a->backend().stream_synchronize(sa);
+    a->backend().stream_synchronize(sb);
+  }
+  ~FenceCase() {
+    open_gates();
+    EXPECT_EQ(a->stats().host_waits.current, 0);
+    EXPECT_EQ(a->check_invariants(), "");
+    a->destroy_stream(sa);
+    a->destroy_stream(sb);
+    a->destroy_stream(sc);
+  }
+};
+
+TEST(StreamOrder, PendingBlocksTogetherServeALargerRequestBehindAFence) {
+  FenceCase f;
+  const Stats s0 = f.a->stats();
+  void* q = f.a->allocate(64 * MiB, f.sc);
+  const Stats s1 = f.a->stats();
+  EXPECT_FALSE(f.job_a.done.load() || f.job_b.done.load()) << "allocate must not wait";
+  EXPECT_EQ(s1.fences.current - s0.fences.current, 1);
+  EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
+  EXPECT_EQ(s1.pending_free_bytes.current, 0);
+  RunsAfter use;
+  use.first = &f.job_a;
+  use.second = &f.job_b;
+  use.block = q;
+  use.size = 64 * MiB;
+  use.tag = 0x33;
+  ASSERT_EQ(f.a->backend().launch_host_func(f.sc, &RunsAfter::run, &use), Status::ok);
+  f.open_gates();
+  f.a->backend().stream_synchronize(f.sc);
+  EXPECT_TRUE(use.ran_after.load()) << "C's work ran before A's and B's finished";
+  const auto* b = static_cast<const unsigned char*>(q);
+  for (std::size_t i = 0; i < 64 * MiB; i += 4096)
+    ASSERT_EQ(b[i], 0x33) << "A's or B's work wrote over C's block at byte " << i;
+  f.a->deallocate(q, 64 * MiB, f.sc);
+}
+
+TEST(StreamOrder, AStreamFirstSeenAfterAFenceWaitsForIt) {
+  FenceCase f;
+  void* q = f.a->allocate(40 * MiB, f.sc);  // a fence; 24 MiB of A's and B's stay free
+  Stream sd = f.a->create_stream();
+  void* r = f.a->allocate(16 * MiB, sd);  // from the fenced memory
+  EXPECT_FALSE(f.job_a.done.load() || f.job_b.done.load()) << "allocate must not wait";
+  RunsAfter use;
+  use.first = &f.job_a;
+  use.second = &f.job_b;
+  use.block = r;
+  use.size = 16 * MiB;
+  use.tag = 0x44;
+  ASSERT_EQ(f.a->backend().launch_host_func(sd, &RunsAfter::run, &use), Status::ok);
+  f.open_gates();
+  f.a->backend().stream_synchronize(sd);
+  EXPECT_TRUE(use.ran_after.load()) << "the new stream's work ran before the fenced work";
+  EXPECT_EQ(static_cast<unsigned char*>(r)[16 * MiB - 1], 0x44);
+  f.a->deallocate(q, 40 * MiB, f.sc);
+  f.a->deallocate(r, 16 * MiB, sd);
+  f.a->destroy_stream(sd);
+}
+
+// Queued work may still write fenced blocks through their own addresses:
+// reclaim leaves those ranges mapped until the fence completes.
+TEST(StreamOrder, FencedRangesStayMappedUntilTheFenceCompletes) {
+  FenceCase f;
+  void* q = f.a->allocate(64 * MiB, f.sc);
+  f.a->deallocate(q, 64 * MiB, f.sc);
+  f.a->empty_cache();
+  EXPECT_GE(f.a->stats().reserved_bytes.current, static_cast<std::int64_t>(64 * MiB));
+  f.open_gates();  // A and B write through p1 and p2: still mapped
+  EXPECT_EQ(static_cast<unsigned char*>(f.p1)[32 * MiB - 1], 0x11);
+  EXPECT_EQ(static_cast<unsigned char*>(f.p2)[0], 0x22);
+  f.a->empty_cache();
+  EXPECT_EQ(f.a->stats().reserved_bytes.current, 0) << "released once the fence completed";
+}
+
+// A request that pending blocks cannot cover even together gets new memory
+// and leaves them pending: no fence.
+TEST(StreamOrder, NoFenceWhenPendingBlocksCannotHoldTheRequest) {
+  Config c;
+  c.capacity = 128 * MiB;
+  HostBackendOptions o;
+  o.capacity = 128 * MiB;
+  Allocator a(c, std::make_unique<HostBackend>(o));
+  Stream sa = a.create_stream(), sb = a.create_stream();
+  void* p = a.allocate(8 * MiB, sa);
+  GatedWrite job;
+  job.block = p;
+  job.size = 8 * MiB;
+  ASSERT_EQ(a.backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a.deallocate(p, 8 * MiB, sa);
+  void* q = a.allocate(32 * MiB, sb);
+  EXPECT_EQ(a.stats().fences.current, 0);
+  EXPECT_EQ(a.stats().pending_free_bytes.current, static_cast<std::int64_t>(8 * MiB));
+  job.open = true;
+  a.backend().stream_synchronize(sa);
+  a.deallocate(q, 32 * MiB, sb);
+  a.destroy_stream(sa);
+  a.destroy_stream(sb);
+}
+
+}  // namespace
+}  // namespace memlake
