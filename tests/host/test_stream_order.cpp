@@ -349,6 +349,21 @@ struct FenceCase {
     job_b.open = true;
     a->backend().stream_synchronize(sa);
     a->backend().stream_synchronize(sb);
+    a->backend().stream_synchronize(sc);  // it waits on the fence
+  }
+  // Queues a write of `tag` over the block on `s`, opens the gates, and says
+  // whether the write ran after A's and B's work.
+  bool write_runs_after_gates(void* block, std::size_t size, unsigned char tag, Stream s) {
+    RunsAfter use;
+    use.first = &job_a;
+    use.second = &job_b;
+    use.block = block;
+    use.size = size;
+    use.tag = tag;
+    EXPECT_EQ(a->backend().launch_host_func(s, &RunsAfter::run, &use), Status::ok);
+    open_gates();
+    a->backend().stream_synchronize(s);
+    return use.ran_after.load();
   }
   ~FenceCase() {
     open_gates();
@@ -369,16 +384,8 @@ TEST(StreamOrder, PendingBlocksTogetherServeALargerRequestBehindAFence) {
   EXPECT_EQ(s1.fences.current - s0.fences.current, 1);
   EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
   EXPECT_EQ(s1.pending_free_bytes.current, 0);
-  RunsAfter use;
-  use.first = &f.job_a;
-  use.second = &f.job_b;
-  use.block = q;
-  use.size = 64 * MiB;
-  use.tag = 0x33;
-  ASSERT_EQ(f.a->backend().launch_host_func(f.sc, &RunsAfter::run, &use), Status::ok);
-  f.open_gates();
-  f.a->backend().stream_synchronize(f.sc);
-  EXPECT_TRUE(use.ran_after.load()) << "C's work ran before A's and B's finished";
+  EXPECT_TRUE(f.write_runs_after_gates(q, 64 * MiB, 0x33, f.sc))
+      << "C's work ran before A's and B's finished";
   const auto* b = static_cast<const unsigned char*>(q);
   for (std::size_t i = 0; i < 64 * MiB; i += 4096)
     ASSERT_EQ(b[i], 0x33) << "A's or B's work wrote over C's block at byte " << i;
@@ -391,16 +398,8 @@ TEST(StreamOrder, AStreamFirstSeenAfterAFenceWaitsForIt) {
   Stream sd = f.a->create_stream();
   void* r = f.a->allocate(16 * MiB, sd);  // from the fenced memory
   EXPECT_FALSE(f.job_a.done.load() || f.job_b.done.load()) << "allocate must not wait";
-  RunsAfter use;
-  use.first = &f.job_a;
-  use.second = &f.job_b;
-  use.block = r;
-  use.size = 16 * MiB;
-  use.tag = 0x44;
-  ASSERT_EQ(f.a->backend().launch_host_func(sd, &RunsAfter::run, &use), Status::ok);
-  f.open_gates();
-  f.a->backend().stream_synchronize(sd);
-  EXPECT_TRUE(use.ran_after.load()) << "the new stream's work ran before the fenced work";
+  EXPECT_TRUE(f.write_runs_after_gates(r, 16 * MiB, 0x44, sd))
+      << "the new stream's work ran before the fenced work";
   EXPECT_EQ(static_cast<unsigned char*>(r)[16 * MiB - 1], 0x44);
   f.a->deallocate(q, 40 * MiB, f.sc);
   f.a->deallocate(r, 16 * MiB, sd);
