@@ -146,7 +146,7 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   // Still before new memory: every pending block at once, made free for
   // every stream by GPU-side waits, where together with the lake's free
   // space they could hold the request.
-  if (config_.cross_stream_wait && scheduler_.pending_blocks() != 0 &&
+  if (config_.cross_stream_wait && config_.fence && scheduler_.pending_blocks() != 0 &&
       scheduler_.pending_bytes() + lake_.free_chunk_bytes() + lake_.fragment_bytes() >= size &&
       scheduler_.fence_all([this](const StreamScheduler::Block& b, std::uint64_t fence) {
         lake_.free(b.ptr, fence);

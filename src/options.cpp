@@ -79,6 +79,9 @@ constexpr std::array kOptions = {
          "most chunks combined into one stitched range"},
   Option{"cross_stream_wait", &Config::cross_stream_wait, Unit::flag, 0, 0, false,
          "a stream may take another stream's pending free block through a GPU-side wait"},
+  Option{"fence", &Config::fence, Unit::flag, 0, 0, false,
+         "with cross_stream_wait: before new memory, all pending frees become free for all "
+         "streams through GPU-side waits of every stream on every other"},
   Option{"free_batch", &Config::free_batch, Unit::integer, 1, 65536, false,
          "frees on one stream that share one event"},
   Option{"free_batch_bytes", &Config::free_batch_bytes, Unit::size, 0, kNoLimit, false,

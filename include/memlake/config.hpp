@@ -82,6 +82,13 @@ struct Config {
   // Stream order: let a stream take another stream's pending free block by
   // a GPU-side wait on its event instead of asking for new memory.
   bool cross_stream_wait = true;
+  // With cross_stream_wait: where no single pending block holds a request
+  // but all of them could, every stream waits (GPU-side) on every stream
+  // with pending frees, which then serve any stream, before new memory is
+  // made. It orders the streams at that point (a GPU-side barrier); off
+  // keeps them independent at the cost of memory. Pipeline sample on host
+  // streams, scale 1: utilization 0.766 off, 0.964-0.971 on.
+  bool fence = true;
   // Frees recorded on one stream share one event per batch.
   std::size_t free_batch = 32;
   // A batch of frees stays open (no event recorded) until a request finds

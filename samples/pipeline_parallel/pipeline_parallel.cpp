@@ -16,6 +16,7 @@
 // on a pool that keeps everything (release threshold UINT64_MAX), and its
 // reserved high watermark is printed beside memlake's peak reserved.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -86,6 +87,15 @@ Options parse_args(int argc, char** argv) {
   if (o.steps < 1 || o.microbatches < 1 || !(o.scale > 0))
     usage("bad --steps, --microbatches or --scale");
   return o;
+}
+
+// Wall time of `f` (the schedule, up to its final synchronize).
+template <class F>
+double timed_ms(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 std::uint64_t mix(std::uint64_t x) {
@@ -545,6 +555,7 @@ int run(const Options& o) {
   }
 #endif
   std::int64_t memlake_peak_reserved = 0;
+  double memlake_ms = 0;
   int failures = 0;
   {
     memlake::Allocator alloc(config);
@@ -556,7 +567,7 @@ int run(const Options& o) {
 #endif
     if (!dev) dev = std::make_unique<HostDevice>(alloc.backend());
     MemlakeMemory mem(alloc);
-    Pipeline(o, mem, *dev, streams).run();
+    memlake_ms = timed_ms([&] { Pipeline(o, mem, *dev, streams).run(); });
     alloc.process_pending_frees();
     const memlake::Stats s = alloc.stats();
     const std::string inv = alloc.check_invariants();
@@ -579,8 +590,10 @@ int run(const Options& o) {
                                                 static_cast<double>(s.reserved_bytes.peak)
                                           : 0.0);
     std::printf("  host waits           %lld\n", static_cast<long long>(s.host_waits.current));
-    std::printf("  cross-stream waits   %lld\n",
-                static_cast<long long>(s.cross_stream_waits.current));
+    std::printf("  cross-stream waits   %lld (fences %lld)\n",
+                static_cast<long long>(s.cross_stream_waits.current),
+                static_cast<long long>(s.fences.current));
+    std::printf("  schedule time        %.1f ms\n", memlake_ms);
     std::printf("  VMM calls            %lld (%lld on the allocating thread)\n",
                 static_cast<long long>(s.vmm_calls.current),
                 static_cast<long long>(s.critical_path_vmm_calls.current));
@@ -620,10 +633,11 @@ int run(const Options& o) {
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     std::uint64_t reserved_high = 0, used_high = 0;
     std::uint64_t mismatches = 0;
+    double pool_ms = 0;
     {
       PoolMemory pool(device);
       CudaDevice dev;
-      Pipeline(o, pool, dev, streams).run();
+      pool_ms = timed_ms([&] { Pipeline(o, pool, dev, streams).run(); });
       reserved_high = pool.attribute(cudaMemPoolAttrReservedMemHigh);
       used_high = pool.attribute(cudaMemPoolAttrUsedMemHigh);
       mismatches = dev.mismatches();
@@ -633,6 +647,8 @@ int run(const Options& o) {
     std::printf("  reserved high        %.1f MiB\n", mib(static_cast<std::int64_t>(reserved_high)));
     std::printf("  used high            %.1f MiB\n", mib(static_cast<std::int64_t>(used_high)));
     std::printf("  mismatches           %llu\n", static_cast<unsigned long long>(mismatches));
+    std::printf("  schedule time        %.1f ms (memlake / pool = %.3f)\n", pool_ms,
+                pool_ms > 0 ? memlake_ms / pool_ms : 0.0);
     if (reserved_high > 0)
       std::printf("  memlake peak reserved / pool reserved high = %.3f\n",
                   static_cast<double>(memlake_peak_reserved) / static_cast<double>(reserved_high));

@@ -37,6 +37,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "stitch_cache_ratio",
                                         "max_stitch_chunks",
                                         "cross_stream_wait",
+                                        "fence",
                                         "free_batch",
                                         "free_batch_bytes",
                                         "lazy_batches",
@@ -50,7 +51,7 @@ const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
     "host_simulate_latency, "
     "small_max, max_chunk, large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, "
-    "max_stitch_chunks, cross_stream_wait, "
+    "max_stitch_chunks, cross_stream_wait, fence, "
     "free_batch, free_batch_bytes, lazy_batches, worker, reserve, shareable, record, on_misuse";
 
 std::string upper(std::string s) {
