@@ -50,6 +50,12 @@ void StreamScheduler::record(EventHandle event, StreamHandle stream) {
   ++stats_.events_recorded.current;
 }
 
+void StreamScheduler::wait(StreamHandle stream, EventHandle event) {
+  if (backend_.stream_wait_event(stream, event) != Status::ok)
+    throw backend_error(std::string("memlake: stream_wait_event failed: ") + backend_.last_error());
+  ++stats_.cross_stream_waits.current;
+}
+
 bool StreamScheduler::known_stream(StreamHandle stream) {
   if (streams_.count(stream)) return true;
   bool capturing = false;
@@ -65,26 +71,19 @@ bool StreamScheduler::fence_sources(std::vector<StreamHandle>* out) {
   auto add = [&](StreamHandle s) {
     if (std::find(out->begin(), out->end(), s) == out->end()) out->push_back(s);
   };
-  for (auto& [stream, st] : streams_) {
-    bool any = false;
-    for (const Batch& b : st.closed)
-      for (const Pending* p : b.blocks) any |= !p->taken;
-    for (const Pending* p : st.open) any |= !p->taken;
-    if (any) add(stream);
-  }
+  // A live stream's blocks not taken are exactly those in its by_size.
+  for (auto& [stream, st] : streams_)
+    if (!st.by_size.empty()) add(stream);
   for (const Pending* p : tagged_) {
     if (!fenceable(p)) continue;
     add(p->stream);
     for (StreamHandle s : p->used_on) add(s);
   }
-  auto capturing = [&](StreamHandle s) {
-    bool c = false;
-    return backend_.stream_is_capturing(s, &c) != Status::ok || c;
-  };
-  for (StreamHandle s : *out)
-    if (capturing(s)) return false;
-  for (auto& [stream, st] : streams_)
-    if (capturing(stream)) return false;
+  // Every source is one of streams_ (fenceable), and every one of them waits.
+  for (auto& [stream, st] : streams_) {
+    bool capturing = false;
+    if (backend_.stream_is_capturing(stream, &capturing) != Status::ok || capturing) return false;
+  }
   return !out->empty();
 }
 
@@ -100,13 +99,8 @@ std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources) {
   for (StreamHandle source : sources) {
     EventHandle e = acquire_event();
     record(e, source);
-    for (auto& [stream, st] : streams_) {
-      if (stream == source) continue;
-      if (backend_.stream_wait_event(stream, e) != Status::ok)
-        throw backend_error(std::string("memlake: stream_wait_event failed: ") +
-                            backend_.last_error());
-      ++stats_.cross_stream_waits.current;
-    }
+    for (auto& [stream, st] : streams_)
+      if (stream != source) wait(stream, e);
     fences_.push_back({id, e});
   }
   ++stats_.fences.current;
@@ -122,12 +116,7 @@ std::uint64_t StreamScheduler::completed_fences() {
 
 void StreamScheduler::wait_on_fences(StreamHandle stream) {
   drop_completed_fences();
-  for (const Fence& f : fences_) {
-    if (backend_.stream_wait_event(stream, f.event) != Status::ok)
-      throw backend_error(std::string("memlake: stream_wait_event failed: ") +
-                          backend_.last_error());
-    ++stats_.cross_stream_waits.current;
-  }
+  for (const Fence& f : fences_) wait(stream, f.event);
 }
 
 void StreamScheduler::drop_completed_fences() {

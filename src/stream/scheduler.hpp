@@ -107,6 +107,8 @@ class StreamScheduler {
 
   EventHandle acquire_event();
   void record(EventHandle event, StreamHandle stream);
+  // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
+  void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
   void unindex(Pending* p);
   Block take(std::multimap<std::size_t, Pending*>& by_size,
@@ -198,15 +200,14 @@ std::size_t StreamScheduler::fence_all(Release&& release) {
   const std::uint64_t id = fence(sources);
   std::size_t released = 0;
   for (auto& [stream, st] : streams_) {
-    for (Batch& batch : st.closed) {
-      for (Pending* p : batch.blocks) {
-        if (p->taken) continue;
-        unindex(p);
-        // Deleted when its batch retires, as a taken block is.
-        release(take_pending(p), id);
-        ++released;
-      }
+    // Each stays in its (now closed) batch, deleted when that retires, as a
+    // taken block is.
+    for (auto& [size, p] : st.by_size) {
+      p->indexed = false;
+      release(take_pending(p), id);
+      ++released;
     }
+    st.by_size.clear();
   }
   // record_stream blocks whose streams are all alive and fenced.
   std::erase_if(tagged_, [&](Pending* p) {
