@@ -204,9 +204,20 @@ std::string Lake::check_invariants() const {
     total_runs += runs.size();
     const bool is_idle = idle_by_size_.count({seg.size, s}) != 0;
     if (is_idle != (busy == 0)) err << "segment " << s << " idle index is off; ";
-    if ((unpinned_by_age_.count({seg.last_used, s}) != 0) != (owned == 0))
+    if ((unpinned_by_age_.count({seg.last_used, s}) != 0) != (owned == 0 && seg.borrowed == 0))
       err << "segment " << s << " LRU index is off; ";
     idle += is_idle;
+  }
+  std::vector<std::uint32_t> borrowed(segments_.size(), 0);
+  for (const auto& [ptr, a] : allocations_) {
+    if (borrows(a)) ++borrowed[a.segment];
+    const Segment& seg = segments_[a.segment];
+    if (ptr != seg.va + seg.offsets[a.first_chunk] + a.piece->offset)
+      err << "allocation " << ptr << " is not where its first piece is; ";
+  }
+  for (SegmentId s = 0; s < segments_.size(); ++s) {
+    if (segments_[s].in_use && borrowed[s] != segments_[s].borrowed)
+      err << "segment " << s << " borrowed count is off; ";
   }
   if (consolidated_.size() > kIndexedRanges) err << "too many consolidated ranges indexed; ";
   for (SegmentId r : consolidated_) {

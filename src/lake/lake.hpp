@@ -174,6 +174,7 @@ class Lake {
   LakeResult try_run_between_pieces(std::size_t size);
   LakeResult try_grow_segment(std::size_t size);
   LakeResult take_reserve_run(std::size_t bytes, std::size_t size);
+  LakeResult try_borrowed_ends(std::size_t size);
   bool excluded_from(ChunkId c, SegmentId s) const;
   bool extend_segment(SegmentId s, std::vector<ChunkId> ids);
   void remember_tail(SegmentId s, std::size_t last_chunk_index);
@@ -233,6 +234,8 @@ class Lake {
   DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   void record(DevicePtr ptr, const Allocation& a);
+  bool borrows(const Allocation& a) const;  // starts in a chunk its segment does not own
+  void borrow(SegmentId s, int delta);
   // The last piece of owned chunk `c` if it is free, else nullptr.
   Piece* free_tail(ChunkId c) const;
   // That of the chunk before `slot` in segment `s`, if `s` owns it.

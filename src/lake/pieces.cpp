@@ -83,11 +83,28 @@ void Lake::free_piece(Piece* p) {
 void Lake::record(DevicePtr ptr, const Allocation& a) {
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
+  if (borrows(a)) borrow(a.segment, +1);
+}
+
+bool Lake::borrows(const Allocation& a) const {
+  const ChunkId last = segments_[a.segment].chunks[a.first_chunk + a.chunk_count - 1];
+  return chunks_[a.piece->chunk].owner != a.segment || chunks_[last].owner != a.segment;
+}
+
+void Lake::borrow(SegmentId s, int delta) {
+  Segment& seg = segments_[s];
+  if (delta > 0) {
+    if (seg.borrowed++ == 0 && seg.owned == 0) unpinned_by_age_.erase({seg.last_used, s});
+  } else {
+    assert(seg.borrowed > 0);
+    if (--seg.borrowed == 0 && seg.owned == 0) unpinned_by_age_.emplace(seg.last_used, s);
+  }
 }
 
 // Places a block on segment `s` from chunk slot `first` on. With `tail` (the
 // free last piece of that slot's chunk, owned by `s`) the block starts inside
 // it, continuing the block before; otherwise it starts at the slot's chunk.
+// (`tail` may be a borrowed one: its chunk owned by another segment.)
 // The slots it runs over must hold free chunks, except that the last may be a
 // chunk `s` owns whose leading piece is free and covers the rest (a block
 // freed while small blocks still sit in its tail comes back to its place).
@@ -104,7 +121,7 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
   std::size_t i = first;
   if (tail) {
     fragment_erase(tail);
-    ptr = piece_address(tail);
+    ptr = seg.va + seg.offsets[first] + tail->offset;  // `s` may borrow it
     covered = tail->size;
     a.piece = carve(tail, std::min(tail->size, size));
     a.chunk_count = 1;
@@ -118,7 +135,7 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
     if (chunk.owner == kNone) {
       claim(c, s, seg.offsets[i]);
     } else {
-      assert(chunk.owner == s && !chunk.pieces->allocated && chunk.pieces->size >= take);
+      assert(!chunk.pieces->allocated && chunk.pieces->size >= take);
       fragment_erase(chunk.pieces);
     }
     Piece* p = carve(chunk.pieces, take);
@@ -168,6 +185,7 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end() && keep > 0 && keep < it->second.size && keep % kAlignment == 0);
   const Allocation a = it->second;
+  if (borrows(a)) borrow(a.segment, -1);
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   // The piece holding byte `keep`, and where in it.
   std::uint32_t j = 0;
@@ -187,6 +205,8 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   rest.size = rest.requested = a.size - keep;
   it->second = kept;
   allocations_.emplace(ptr + keep, rest);
+  if (borrows(kept)) borrow(kept.segment, +1);
+  if (borrows(rest)) borrow(rest.segment, +1);
   return ptr + keep;
 }
 
@@ -197,6 +217,7 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
+  if (borrows(a)) borrow(a.segment, -1);
   // Unclaiming chunks changes ownership only; the segment stays mapped.
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   free_piece(a.piece);

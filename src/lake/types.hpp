@@ -16,7 +16,9 @@
 //              consecutive chunks of one segment: the first may start inside
 //              its chunk (a *continuation* of the tail of the block before
 //              it, so that chunk's tail is not wasted); the others start at
-//              their chunk's offset 0.
+//              their chunk's offset 0. The first chunk may be owned by
+//              another segment (a *borrowed tail*: the allocation's segment
+//              was mapped over that chunk and free ones after it).
 //
 // Chunk identity (checked by Lake::check_invariants):
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
@@ -26,7 +28,7 @@
 // segment is in Segment::runs and in the lake's free-run index.
 // Segment state: busy == number of its chunks that have an owner; a segment
 // with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
-// be unmapped only when it owns no chunk.
+// be unmapped only when it owns no chunk and no allocation borrows through it.
 #pragma once
 
 #include <cstddef>
@@ -90,6 +92,10 @@ struct Segment {
   SlotRuns runs;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
+  // Live allocations reached through this segment that start in the free
+  // tail of a chunk another segment owns (Lake::try_borrowed_tail): they pin
+  // it like owned chunks do.
+  std::uint32_t borrowed = 0;
   bool stitched = false;
   bool prepared = false;  // stitched by the worker and not yet used
   bool reserve = false;   // the worker's reserve: used only where new memory would be made

@@ -161,6 +161,59 @@ TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
   EXPECT_INVARIANTS(*a);
 }
 
+// Where new memory would be made for a block of a granule or two, the free
+// tail of one chunk and the free head of another, both holding other blocks,
+// take it instead: a new range maps the two, the block runs across them, no
+// memory is made, and every block's bytes are intact. The range stays
+// mapped through empty_cache while the block lives, though it owns no chunk.
+TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  c.worker = WorkerMode::off;
+  auto a = make(64 * MiB, c);
+  const std::size_t k = 1024;
+  // Chunk X: [first 1.5M][small 256K][free 256K]; first freed: a free head.
+  void* first = a->allocate(1536 * k);
+  void* small = a->allocate(256 * k);
+  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
+  a->deallocate(first, 1536 * k);
+  settle(*a);
+  // It continues X's tail into a new chunk Y, leaving Y's tail free.
+  void* second = a->allocate(1536 * k + 4 * k);
+  ASSERT_EQ(static_cast<char*>(second), static_cast<char*>(small) + 256 * k);
+  platform_->fill(small, 256 * k, 1);
+  platform_->fill(second, 1540 * k, 2);
+  EXPECT_INVARIANTS(*a);
+
+  // 2 MiB: Y's free tail (764K) and X's free head (1.5M) hold it.
+  const Stats before = a->stats();
+  void* across = a->allocate(2 * MiB);
+  const Stats after = a->stats();
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
+  EXPECT_EQ(after.chunks_created.current, before.chunks_created.current);
+  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  EXPECT_EQ(after.segments.current - before.segments.current, 1);
+  EXPECT_INVARIANTS(*a);
+  platform_->fill(across, 2 * MiB, 3);
+  EXPECT_TRUE(platform_->check(small, 256 * k, 1));
+  EXPECT_TRUE(platform_->check(second, 1540 * k, 2));
+  EXPECT_TRUE(platform_->check(across, 2 * MiB, 3));
+
+  // The blocks around it go; empty_cache unmaps what no block needs.
+  a->deallocate(small, 256 * k);
+  a->deallocate(second, 1540 * k);
+  settle(*a);
+  a->empty_cache();
+  EXPECT_INVARIANTS(*a);
+  EXPECT_TRUE(platform_->check(across, 2 * MiB, 3));
+  a->deallocate(across, 2 * MiB);
+  settle(*a);
+  a->empty_cache();
+  EXPECT_EQ(a->stats().reserved_bytes.current, 0);
+  EXPECT_EQ(a->stats().segments.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
 TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
