@@ -4,10 +4,12 @@
 //
 // Allocation ladder (strategy.cpp), cheapest first:
 //   small requests: fragment exact/best fit -> first chunk of the smallest
-//                   free run -> a one-chunk segment
+//                   free run -> borrowed ends -> a one-chunk segment
 //   others:         idle segment that fits (exact) -> continuation of a recent
 //                   tail -> fragment best fit (split) -> smallest free run
-//                   -> continuation past a segment's end -> grow a segment
+//                   -> borrowed ends (a block of a granule or two across the
+//                   free tail and head of two busy chunks) -> continuation
+//                   past a segment's end -> grow a segment
 //                   whose free end holds half or more -> stitch free chunks
 //                   (+ new ones for the deficit) -> (caller) reclaim and retry
 //                   -> OOM
