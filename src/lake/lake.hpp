@@ -228,6 +228,7 @@ class Lake {
 
   // pieces.cpp
   Piece* carve(Piece* free_piece, std::size_t size);
+  Piece* carve_back(Piece* free_piece, std::size_t size);
   Piece* split_piece(Piece* allocated, std::size_t at);
   void free_piece(Piece* p);
   void fragment_insert(Piece* p);

@@ -41,6 +41,19 @@ Piece* Lake::carve(Piece* free_piece, std::size_t size) {
   return free_piece;
 }
 
+// Like carve(), from the back: the front stays a fragment.
+Piece* Lake::carve_back(Piece* free_piece, std::size_t size) {
+  assert(!free_piece->allocated && size < free_piece->size);
+  Piece* back = new_piece({free_piece->offset + free_piece->size - size, size, free_piece->chunk,
+                           true, free_piece, free_piece->next});
+  if (free_piece->next) free_piece->next->prev = back;
+  free_piece->next = back;
+  free_piece->size -= size;
+  fragment_insert(free_piece);
+  ++chunks_[free_piece->chunk].live;
+  return back;
+}
+
 // Cuts an allocated piece at byte `at`: two allocated pieces; returns the second.
 Piece* Lake::split_piece(Piece* p, std::size_t at) {
   assert(p->allocated && at > 0 && at < p->size);
@@ -149,9 +162,14 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
   return ptr;
 }
 
+// A block placed in the free head of a chunk (the piece before its first
+// live one) takes the head's end, so what is left still starts the chunk:
+// a head that another block can borrow (try_borrowed_ends), not a gap
+// between two live pieces that only a smaller block fits.
 DevicePtr Lake::place_on_piece(Piece* fragment, std::size_t size, std::size_t requested) {
   fragment_erase(fragment);
-  Piece* p = carve(fragment, size);
+  const bool head = fragment->prev == nullptr && fragment->next != nullptr;
+  Piece* p = head && size < fragment->size ? carve_back(fragment, size) : carve(fragment, size);
   SegmentId s = chunks_[p->chunk].owner;
   touch(s);
   const Segment& seg = segments_[s];

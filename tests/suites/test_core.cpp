@@ -214,6 +214,45 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   EXPECT_INVARIANTS(*a);
 }
 
+// A small block placed in the free head of a chunk takes the head's end:
+// what is left still starts the chunk, so a later block can borrow it
+// across into another chunk, where a gap between live pieces would serve
+// only smaller blocks.
+TEST_F(CoreTest, ASmallBlockInAFreeHeadLeavesAHead) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  c.worker = WorkerMode::off;
+  auto a = make(64 * MiB, c);
+  const std::size_t k = 1024;
+  void* first = a->allocate(1536 * k);
+  void* small = a->allocate(256 * k);
+  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
+  platform_->fill(small, 256 * k, 5);
+  a->deallocate(first, 1536 * k);
+  settle(*a);
+  void* inside = a->allocate(512 * k);  // the head (1.5M) is the only fit
+  EXPECT_EQ(static_cast<char*>(inside), static_cast<char*>(small) - 512 * k);
+  platform_->fill(inside, 512 * k, 6);
+  // The 1 MiB left at the chunk's start is a head: with the tail of a
+  // second chunk it holds a 2 MiB block without new memory.
+  void* second = a->allocate(1536 * k + 4 * k);  // continues the tail into a new chunk
+  platform_->fill(second, 1540 * k, 7);
+  const Stats before = a->stats();
+  void* across = a->allocate(1536 * k);
+  EXPECT_EQ(a->stats().reserved_bytes.current, before.reserved_bytes.current);
+  platform_->fill(across, 1536 * k, 8);
+  EXPECT_TRUE(platform_->check(small, 256 * k, 5));
+  EXPECT_TRUE(platform_->check(inside, 512 * k, 6));
+  EXPECT_TRUE(platform_->check(second, 1540 * k, 7));
+  EXPECT_TRUE(platform_->check(across, 1536 * k, 8));
+  EXPECT_INVARIANTS(*a);
+  for (auto [p, n] :
+       {std::pair{small, 256 * k}, {inside, 512 * k}, {second, 1540 * k}, {across, 1536 * k}})
+    a->deallocate(p, n);
+  settle(*a);
+  EXPECT_INVARIANTS(*a);
+}
+
 TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
