@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 
 #include "memlake/allocator.hpp"
@@ -33,6 +34,16 @@ class CoreTest : public ::testing::Test {
   // Frees wait in their stream's cache until their events complete; on an
   // idle stream that is at once, and this hands them to the lake.
   static void settle(Allocator& a) { a.process_pending_frees(); }
+  // On a GPU an event may complete a moment after its free: until then the
+  // block stays with its stream. For tests that need every free in the lake.
+  static void settle_all(Allocator& a) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    do {
+      a.process_pending_frees();
+    } while (a.stats().pending_free_bytes.current != 0 &&
+             std::chrono::steady_clock::now() < give_up);
+    ASSERT_EQ(a.stats().pending_free_bytes.current, 0) << "frees did not complete";
+  }
   std::unique_ptr<Platform> platform_;
 };
 

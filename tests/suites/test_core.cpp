@@ -177,7 +177,7 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   void* small = a->allocate(256 * k);
   ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
   a->deallocate(first, 1536 * k);
-  settle(*a);
+  settle_all(*a);
   // It continues X's tail into a new chunk Y, leaving Y's tail free.
   void* second = a->allocate(1536 * k + 4 * k);
   ASSERT_EQ(static_cast<char*>(second), static_cast<char*>(small) + 256 * k);
@@ -202,12 +202,12 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   // The blocks around it go; empty_cache unmaps what no block needs.
   a->deallocate(small, 256 * k);
   a->deallocate(second, 1540 * k);
-  settle(*a);
+  settle_all(*a);
   a->empty_cache();
   EXPECT_INVARIANTS(*a);
   EXPECT_TRUE(platform_->check(across, 2 * MiB, 3));
   a->deallocate(across, 2 * MiB);
-  settle(*a);
+  settle_all(*a);
   a->empty_cache();
   EXPECT_EQ(a->stats().reserved_bytes.current, 0);
   EXPECT_EQ(a->stats().segments.current, 0);
@@ -229,7 +229,7 @@ TEST_F(CoreTest, ASmallBlockInAFreeHeadLeavesAHead) {
   ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
   platform_->fill(small, 256 * k, 5);
   a->deallocate(first, 1536 * k);
-  settle(*a);
+  settle_all(*a);
   void* inside = a->allocate(512 * k);  // the head (1.5M) is the only fit
   EXPECT_EQ(static_cast<char*>(inside), static_cast<char*>(small) - 512 * k);
   platform_->fill(inside, 512 * k, 6);
@@ -249,7 +249,7 @@ TEST_F(CoreTest, ASmallBlockInAFreeHeadLeavesAHead) {
   for (auto [p, n] :
        {std::pair{small, 256 * k}, {inside, 512 * k}, {second, 1540 * k}, {across, 1536 * k}})
     a->deallocate(p, n);
-  settle(*a);
+  settle_all(*a);
   EXPECT_INVARIANTS(*a);
 }
 
