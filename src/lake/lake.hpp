@@ -211,6 +211,7 @@ class Lake {
   bool find_reserve_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
   void unclaim(ChunkId c);
   void touch(SegmentId s);
+  void pin(SegmentId s, std::uint32_t Segment::*count, bool add);
   // Free-run index upkeep (segments.cpp).
   std::size_t run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const;
   void run_insert(SegmentId s, std::uint32_t start, std::uint32_t count);
@@ -237,8 +238,8 @@ class Lake {
   DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size);
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   void record(DevicePtr ptr, const Allocation& a);
-  bool borrows(const Allocation& a) const;  // starts in a chunk its segment does not own
-  void borrow(SegmentId s, int delta);
+  // Starts or ends in a chunk its segment does not own (try_borrowed_ends).
+  bool borrows(const Allocation& a) const;
   // The last piece of owned chunk `c` if it is free, else nullptr.
   Piece* free_tail(ChunkId c) const;
   // That of the chunk before `slot` in segment `s`, if `s` owns it.
@@ -277,7 +278,7 @@ class Lake {
   using SizeKey = std::pair<std::size_t, SegmentId>;
   PoolSet<SizeKey> idle_by_size_{PoolAllocator<SizeKey>(&pool_)};  // busy == 0
   using AgeKey = std::pair<std::uint64_t, SegmentId>;
-  PoolSet<AgeKey> unpinned_by_age_{PoolAllocator<AgeKey>(&pool_)};  // owned == 0, LRU order
+  PoolSet<AgeKey> unpinned_by_age_{PoolAllocator<AgeKey>(&pool_)};  // !pinned(), LRU order
   using BaseEntry = std::pair<const DevicePtr, SegmentId>;
   PoolMap<DevicePtr, SegmentId> segment_at_{PoolAllocator<BaseEntry>(&pool_)};  // by base address
   struct RunKey {

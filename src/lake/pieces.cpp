@@ -96,7 +96,7 @@ void Lake::free_piece(Piece* p) {
 void Lake::record(DevicePtr ptr, const Allocation& a) {
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
-  if (borrows(a)) borrow(a.segment, +1);
+  if (borrows(a)) pin(a.segment, &Segment::borrowed, true);
 }
 
 bool Lake::borrows(const Allocation& a) const {
@@ -104,23 +104,14 @@ bool Lake::borrows(const Allocation& a) const {
   return chunks_[a.piece->chunk].owner != a.segment || chunks_[last].owner != a.segment;
 }
 
-void Lake::borrow(SegmentId s, int delta) {
-  Segment& seg = segments_[s];
-  if (delta > 0) {
-    if (seg.borrowed++ == 0 && seg.owned == 0) unpinned_by_age_.erase({seg.last_used, s});
-  } else {
-    assert(seg.borrowed > 0);
-    if (--seg.borrowed == 0 && seg.owned == 0) unpinned_by_age_.emplace(seg.last_used, s);
-  }
-}
-
 // Places a block on segment `s` from chunk slot `first` on. With `tail` (the
 // free last piece of that slot's chunk, owned by `s`) the block starts inside
 // it, continuing the block before; otherwise it starts at the slot's chunk.
-// (`tail` may be a borrowed one: its chunk owned by another segment.)
 // The slots it runs over must hold free chunks, except that the last may be a
-// chunk `s` owns whose leading piece is free and covers the rest (a block
-// freed while small blocks still sit in its tail comes back to its place).
+// chunk whose leading piece is free and covers the rest (`s` owns it when a
+// block freed while small blocks still sit in its tail comes back to its
+// place). `tail` and that last chunk may be owned by another segment: the
+// block borrows them (try_borrowed_ends).
 // The tail of the last chunk becomes a fragment.
 DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size) {
   Segment& seg = segments_[s];
@@ -157,8 +148,8 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
   }
   flush_slots(/*freed=*/false);
   remember_tail(s, a.first_chunk + a.chunk_count - 1);
+  record(ptr, a);  // pins `s` when it borrows both ends and owns nothing
   touch(s);
-  record(ptr, a);
   return ptr;
 }
 
@@ -203,7 +194,7 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end() && keep > 0 && keep < it->second.size && keep % kAlignment == 0);
   const Allocation a = it->second;
-  if (borrows(a)) borrow(a.segment, -1);
+  if (borrows(a)) pin(a.segment, &Segment::borrowed, false);
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   // The piece holding byte `keep`, and where in it.
   std::uint32_t j = 0;
@@ -223,8 +214,8 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   rest.size = rest.requested = a.size - keep;
   it->second = kept;
   allocations_.emplace(ptr + keep, rest);
-  if (borrows(kept)) borrow(kept.segment, +1);
-  if (borrows(rest)) borrow(rest.segment, +1);
+  if (borrows(kept)) pin(kept.segment, &Segment::borrowed, true);
+  if (borrows(rest)) pin(rest.segment, &Segment::borrowed, true);
   return ptr + keep;
 }
 
@@ -235,7 +226,7 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
-  if (borrows(a)) borrow(a.segment, -1);
+  if (borrows(a)) pin(a.segment, &Segment::borrowed, false);
   // Unclaiming chunks changes ownership only; the segment stays mapped.
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   free_piece(a.piece);

@@ -255,7 +255,7 @@ bool Lake::unmap_segment(SegmentId id) {
 // left to unmap and unreserve.
 Lake::Zombie Lake::detach_segment(SegmentId id) {
   Segment& seg = segments_[id];
-  assert(seg.owned == 0 && seg.borrowed == 0);
+  assert(!seg.pinned());
   unpinned_by_age_.erase({seg.last_used, id});
   if (seg.busy == 0) idle_erase(id);
   while (!seg.runs.empty()) run_erase(id, seg.runs.begin());
@@ -374,8 +374,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   c.owner = s;
   c.owner_offset = offset_in_segment;
   c.pieces = new_piece({0, c.size, id, false, nullptr, nullptr});
-  if (segments_[s].owned++ == 0 && segments_[s].borrowed == 0)
-    unpinned_by_age_.erase({segments_[s].last_used, s});
+  pin(s, &Segment::owned, true);
   for (Mapping m : c.mapped_in) {
     Segment& seg = segments_[m.segment];
     if (seg.busy++ == 0) idle_erase(m.segment);
@@ -389,8 +388,7 @@ void Lake::unclaim(ChunkId id) {
   assert(c.live == 0 && c.pieces && c.pieces->next == nullptr);
   delete_piece(c.pieces);
   c.pieces = nullptr;
-  Segment& owner = segments_[c.owner];
-  if (--owner.owned == 0 && owner.borrowed == 0) unpinned_by_age_.emplace(owner.last_used, c.owner);
+  pin(c.owner, &Segment::owned, false);
   c.owner = kNone;
   free_chunks_.emplace(c.size, id);
   free_chunk_bytes_ += c.size;
@@ -512,13 +510,27 @@ void Lake::flush_slots(bool freed) {
   slots_changed_.clear();
 }
 
-// Called on placement, while the segment owns chunks (so it is in no LRU set).
+// Called on placement, while the segment is pinned (so it is in no LRU set).
 void Lake::touch(SegmentId s) {
+  assert(segments_[s].pinned());
+  segments_[s].last_used = ++clock_;
+}
+
+// One more or one less of a segment's pins (owned chunks or borrowing
+// allocations): it is in the LRU index of evictable segments while it has none.
+void Lake::pin(SegmentId s, std::uint32_t Segment::*count, bool add) {
   Segment& seg = segments_[s];
-  const bool in_lru = seg.owned == 0 && seg.borrowed == 0;
-  if (in_lru) unpinned_by_age_.erase({seg.last_used, s});
-  seg.last_used = ++clock_;
-  if (in_lru) unpinned_by_age_.emplace(seg.last_used, s);
+  const bool was = seg.pinned();
+  assert(add || seg.*count > 0);
+  if (add)
+    ++(seg.*count);
+  else
+    --(seg.*count);
+  if (was == seg.pinned()) return;
+  if (was)
+    unpinned_by_age_.emplace(seg.last_used, s);
+  else
+    unpinned_by_age_.erase({seg.last_used, s});
 }
 
 void Lake::idle_insert(SegmentId s) {

@@ -218,8 +218,10 @@ LakeResult Lake::try_borrowed_ends(std::size_t size) {
   const std::size_t bytes = round_up(size, g);
   if (!allow_new_ || free_chunk_bytes_ >= bytes) return {};
   // Free pieces that end their chunk (tails) and that start it (heads).
-  std::vector<Piece*> tails{nullptr}, heads{nullptr};
-  for (auto it = fragments_.begin(); it != fragments_.end(); ++it) {
+  std::vector<Piece*> tails{nullptr}, heads{nullptr};  // nullptr: without that end
+  for (auto it = fragments_.begin();
+       it != fragments_.end() && (tails.size() <= kMaxCandidates || heads.size() <= kMaxCandidates);
+       ++it) {
     Piece* p = *it;
     if (!p->next && tails.size() <= kMaxCandidates) tails.push_back(p);
     if (!p->prev && heads.size() <= kMaxCandidates) heads.push_back(p);
@@ -237,9 +239,8 @@ LakeResult Lake::try_borrowed_ends(std::size_t size) {
       const std::size_t middle = ends >= size ? 0 : round_up(size - ends, g);
       if (middle + length(t) >= size && h) continue;  // the head would not be reached
       if (middle + length(h) >= size && t) continue;  // nor the tail needed
-      if (middle > best_middle || (middle == best_middle && (ends >= best_ends || middle == bytes)))
-        continue;
-      if (middle == bytes) continue;
+      if (middle == bytes) continue;                  // saves nothing
+      if (middle > best_middle || (middle == best_middle && ends >= best_ends)) continue;
       best_tail = t;
       best_head = h;
       best_middle = middle;

@@ -16,9 +16,10 @@
 //              consecutive chunks of one segment: the first may start inside
 //              its chunk (a *continuation* of the tail of the block before
 //              it, so that chunk's tail is not wasted); the others start at
-//              their chunk's offset 0. The first chunk may be owned by
-//              another segment (a *borrowed tail*: the allocation's segment
-//              was mapped over that chunk and free ones after it).
+//              their chunk's offset 0. The first and the last chunk may be
+//              owned by another segment (*borrowed ends*: the allocation's
+//              segment was mapped over a chunk with a free tail, chunks for
+//              the middle and a chunk with a free head).
 //
 // Chunk identity (checked by Lake::check_invariants):
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
@@ -92,9 +93,9 @@ struct Segment {
   SlotRuns runs;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
-  // Live allocations reached through this segment that start in the free
-  // tail of a chunk another segment owns (Lake::try_borrowed_tail): they pin
-  // it like owned chunks do.
+  // Live allocations reached through this segment that start or end in a
+  // chunk another segment owns (Lake::try_borrowed_ends): they pin it like
+  // owned chunks do.
   std::uint32_t borrowed = 0;
   bool stitched = false;
   bool prepared = false;  // stitched by the worker and not yet used
@@ -110,6 +111,8 @@ struct Segment {
   // be in use by queued GPU work until that fence completes: no unmapping
   // before then.
   std::uint64_t fence = 0;
+  // Not evictable: it owns a chunk or an allocation borrows through it.
+  bool pinned() const { return owned != 0 || borrowed != 0; }
 };
 
 struct Allocation {

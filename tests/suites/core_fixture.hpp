@@ -31,6 +31,13 @@ class CoreTest : public ::testing::Test {
     c.capacity = capacity;
     return std::make_unique<Allocator>(c, platform_->backend(capacity));
   }
+  // One granule per chunk and no worker: where each block goes is known.
+  std::unique_ptr<Allocator> make_granule_chunks(std::size_t capacity) {
+    Config c = base_config();
+    c.max_chunk = 2 * MiB;
+    c.worker = WorkerMode::off;
+    return make(capacity, c);
+  }
   // Frees wait in their stream's cache until their events complete; on an
   // idle stream that is at once, and this hands them to the lake.
   static void settle(Allocator& a) { a.process_pending_frees(); }

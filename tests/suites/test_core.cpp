@@ -25,6 +25,16 @@ void scatter_four_chunks(Allocator& a) {
   a.process_pending_frees();
 }
 
+// Chunk X: [free head 1.5M][small 256K][free tail 256K] once the caller has
+// settled the free of the head's block. For the borrowed-ends tests.
+constexpr std::size_t KiB = 1024;
+void small_behind_a_free_head(Allocator& a, void** small) {
+  void* first = a.allocate(1536 * KiB);
+  *small = a.allocate(256 * KiB);
+  ASSERT_EQ(static_cast<char*>(*small), static_cast<char*>(first) + 1536 * KiB);
+  a.deallocate(first, 1536 * KiB);
+}
+
 TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;  // every chunk one granule, so a stitch is certain
@@ -136,10 +146,7 @@ TEST_F(CoreTest, LargeRequestsAreMadeOfLargerChunks) {
 // chunks plus the free head of that chunk), mapping and creating nothing,
 // and the small block's bytes are untouched.
 TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
-  Config c = base_config();
-  c.max_chunk = 2 * MiB;
-  c.worker = WorkerMode::off;
-  auto a = make(64 * MiB, c);
+  auto a = make_granule_chunks(64 * MiB);
   const std::size_t size = 7 * MiB - 4096;
   void* big = a->allocate(size);
   void* small = a->allocate(4096);
@@ -167,22 +174,15 @@ TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
 // memory is made, and every block's bytes are intact. The range stays
 // mapped through empty_cache while the block lives, though it owns no chunk.
 TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
-  Config c = base_config();
-  c.max_chunk = 2 * MiB;
-  c.worker = WorkerMode::off;
-  auto a = make(64 * MiB, c);
-  const std::size_t k = 1024;
-  // Chunk X: [first 1.5M][small 256K][free 256K]; first freed: a free head.
-  void* first = a->allocate(1536 * k);
-  void* small = a->allocate(256 * k);
-  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
-  a->deallocate(first, 1536 * k);
+  auto a = make_granule_chunks(64 * MiB);
+  void* small = nullptr;
+  ASSERT_NO_FATAL_FAILURE(small_behind_a_free_head(*a, &small));
   settle_all(*a);
   // It continues X's tail into a new chunk Y, leaving Y's tail free.
-  void* second = a->allocate(1536 * k + 4 * k);
-  ASSERT_EQ(static_cast<char*>(second), static_cast<char*>(small) + 256 * k);
-  platform_->fill(small, 256 * k, 1);
-  platform_->fill(second, 1540 * k, 2);
+  void* second = a->allocate(1536 * KiB + 4 * KiB);
+  ASSERT_EQ(static_cast<char*>(second), static_cast<char*>(small) + 256 * KiB);
+  platform_->fill(small, 256 * KiB, 1);
+  platform_->fill(second, 1540 * KiB, 2);
   EXPECT_INVARIANTS(*a);
 
   // 2 MiB: Y's free tail (764K) and X's free head (1.5M) hold it.
@@ -195,13 +195,13 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   EXPECT_EQ(after.segments.current - before.segments.current, 1);
   EXPECT_INVARIANTS(*a);
   platform_->fill(across, 2 * MiB, 3);
-  EXPECT_TRUE(platform_->check(small, 256 * k, 1));
-  EXPECT_TRUE(platform_->check(second, 1540 * k, 2));
+  EXPECT_TRUE(platform_->check(small, 256 * KiB, 1));
+  EXPECT_TRUE(platform_->check(second, 1540 * KiB, 2));
   EXPECT_TRUE(platform_->check(across, 2 * MiB, 3));
 
   // The blocks around it go; empty_cache unmaps what no block needs.
-  a->deallocate(small, 256 * k);
-  a->deallocate(second, 1540 * k);
+  a->deallocate(small, 256 * KiB);
+  a->deallocate(second, 1540 * KiB);
   settle_all(*a);
   a->empty_cache();
   EXPECT_INVARIANTS(*a);
@@ -219,35 +219,31 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
 // across into another chunk, where a gap between live pieces would serve
 // only smaller blocks.
 TEST_F(CoreTest, ASmallBlockInAFreeHeadLeavesAHead) {
-  Config c = base_config();
-  c.max_chunk = 2 * MiB;
-  c.worker = WorkerMode::off;
-  auto a = make(64 * MiB, c);
-  const std::size_t k = 1024;
-  void* first = a->allocate(1536 * k);
-  void* small = a->allocate(256 * k);
-  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(first) + 1536 * k);
-  platform_->fill(small, 256 * k, 5);
-  a->deallocate(first, 1536 * k);
+  auto a = make_granule_chunks(64 * MiB);
+  void* small = nullptr;
+  ASSERT_NO_FATAL_FAILURE(small_behind_a_free_head(*a, &small));
+  platform_->fill(small, 256 * KiB, 5);
   settle_all(*a);
-  void* inside = a->allocate(512 * k);  // the head (1.5M) is the only fit
-  EXPECT_EQ(static_cast<char*>(inside), static_cast<char*>(small) - 512 * k);
-  platform_->fill(inside, 512 * k, 6);
+  void* inside = a->allocate(512 * KiB);  // the head (1.5M) is the only fit
+  EXPECT_EQ(static_cast<char*>(inside), static_cast<char*>(small) - 512 * KiB);
+  platform_->fill(inside, 512 * KiB, 6);
   // The 1 MiB left at the chunk's start is a head: with the tail of a
   // second chunk it holds a 2 MiB block without new memory.
-  void* second = a->allocate(1536 * k + 4 * k);  // continues the tail into a new chunk
-  platform_->fill(second, 1540 * k, 7);
+  void* second = a->allocate(1536 * KiB + 4 * KiB);  // continues the tail into a new chunk
+  platform_->fill(second, 1540 * KiB, 7);
   const Stats before = a->stats();
-  void* across = a->allocate(1536 * k);
+  void* across = a->allocate(1536 * KiB);
   EXPECT_EQ(a->stats().reserved_bytes.current, before.reserved_bytes.current);
-  platform_->fill(across, 1536 * k, 8);
-  EXPECT_TRUE(platform_->check(small, 256 * k, 5));
-  EXPECT_TRUE(platform_->check(inside, 512 * k, 6));
-  EXPECT_TRUE(platform_->check(second, 1540 * k, 7));
-  EXPECT_TRUE(platform_->check(across, 1536 * k, 8));
+  platform_->fill(across, 1536 * KiB, 8);
+  EXPECT_TRUE(platform_->check(small, 256 * KiB, 5));
+  EXPECT_TRUE(platform_->check(inside, 512 * KiB, 6));
+  EXPECT_TRUE(platform_->check(second, 1540 * KiB, 7));
+  EXPECT_TRUE(platform_->check(across, 1536 * KiB, 8));
   EXPECT_INVARIANTS(*a);
-  for (auto [p, n] :
-       {std::pair{small, 256 * k}, {inside, 512 * k}, {second, 1540 * k}, {across, 1536 * k}})
+  for (auto [p, n] : {std::pair{small, 256 * KiB},
+                      {inside, 512 * KiB},
+                      {second, 1540 * KiB},
+                      {across, 1536 * KiB}})
     a->deallocate(p, n);
   settle_all(*a);
   EXPECT_INVARIANTS(*a);
