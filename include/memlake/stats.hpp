@@ -24,6 +24,7 @@
   X(path_stitch,             counter, "allocations that stitched existing chunks")             \
   X(path_new,                counter, "allocations that created new chunks")                   \
   X(path_reclaim,            counter, "allocations that succeeded after reclaim and retry")    \
+  X(remembered_hits,         counter, "large allocations placed where a block of their size was before")\
   X(ooms,                    counter, "allocations that failed with out of memory")            \
   X(stitches,                counter, "stitched segments built")                               \
   X(evictions,               counter, "cached segments unmapped by the cache budget")          \

@@ -93,9 +93,17 @@ void Lake::free_piece(Piece* p) {
   }
 }
 
+void Lake::count_size(std::size_t size, int delta) {
+  if (!remembers(size)) return;
+  std::size_t& n = allocated_by_size_[size];
+  n += static_cast<std::size_t>(delta);
+  if (n == 0) allocated_by_size_.erase(size);
+}
+
 void Lake::record(DevicePtr ptr, const Allocation& a) {
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
+  count_size(a.size, +1);
   if (borrows(a)) pin(a.segment, &Segment::borrowed, true);
 }
 
@@ -214,6 +222,9 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   rest.size = rest.requested = a.size - keep;
   it->second = kept;
   allocations_.emplace(ptr + keep, rest);
+  count_size(a.size, -1);
+  count_size(kept.size, +1);
+  count_size(rest.size, +1);
   if (borrows(kept)) pin(kept.segment, &Segment::borrowed, true);
   if (borrows(rest)) pin(rest.segment, &Segment::borrowed, true);
   return ptr + keep;
@@ -226,6 +237,7 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
+  count_size(a.size, -1);
   if (borrows(a)) pin(a.segment, &Segment::borrowed, false);
   // Unclaiming chunks changes ownership only; the segment stays mapped.
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;

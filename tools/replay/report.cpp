@@ -293,7 +293,8 @@ void print_table(std::FILE* out, const TraceReport& r) {
              count(s.reserve_hits.current) + ", misses " + count(s.reserve_misses.current));
     line(out, "paths",
          "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
-             count(s.path_exact.current) + ", split " + count(s.path_split.current) + ", stitch " +
+             count(s.path_exact.current) + " (" + count(s.remembered_hits.current) +
+             " at a remembered place), split " + count(s.path_split.current) + ", stitch " +
              count(s.path_stitch.current) + ", new " + count(s.path_new.current) + ", reclaim " +
              count(s.path_reclaim.current));
     line(out, "stitches",

@@ -1,0 +1,147 @@
+// Repeated training steps: a step that asks for the same blocks in the same
+// order as the last one gets every large block at the place it had then
+// (remembered places), so once the layout has settled a step maps nothing.
+// Runs on every platform (host streams and the GPU).
+#include <random>
+#include <vector>
+
+#include "suites/core_fixture.hpp"
+
+namespace memlake::test {
+namespace {
+
+constexpr std::size_t KiB = 1024;
+
+// A transformer-like step, the same every time it runs: per layer a kept
+// activation, three temporaries and a few small buffers; then the backward
+// pass recomputes two buffers per layer, makes a gradient and drops the
+// activation. Sizes are irregular (not whole granules); every block is
+// filled when allocated and checked before it is freed.
+class Step {
+ public:
+  Step(Allocator& a, Platform& p) : a_(a), p_(p) {
+    std::mt19937 rng(7);
+    for (int l = 0; l < kLayers; ++l) {
+      keep_.push_back((l % 4 ? 3 : 9) * MiB + 512 * KiB + 4096 * l);
+      for (int t = 0; t < 3; ++t) tmp_.push_back((2 + rng() % 3 * 2) * MiB + 4096 * (rng() % 7));
+      for (int s = 0; s < 3; ++s) small_.push_back((1 + rng() % 64) * KiB);
+    }
+  }
+
+  // The address of every large block, in the order the step asked for them.
+  std::vector<void*> run(std::uint32_t seed) {
+    std::vector<void*> places;
+    std::vector<Block> acts;
+    for (int l = 0; l < kLayers; ++l) {
+      Block keep = take(keep_[l], seed, &places);
+      std::vector<Block> gone;
+      for (int t = 0; t < 3; ++t) gone.push_back(take(tmp_[3 * l + t], seed, &places));
+      for (int s = 0; s < 3; ++s) gone.push_back(take(small_[3 * l + s], seed, nullptr));
+      for (Block& b : gone) give(b);
+      acts.push_back(keep);
+    }
+    std::vector<Block> grads;
+    for (int l = kLayers - 1; l >= 0; --l) {
+      Block r1 = take(6 * MiB + 8192, seed, &places), r2 = take(6 * MiB + 8192, seed, &places);
+      grads.push_back(take(4 * MiB, seed, &places));
+      give(r1);
+      give(r2);
+      give(acts[l]);
+    }
+    for (Block& g : grads) give(g);
+    return places;
+  }
+
+ private:
+  static constexpr int kLayers = 8;
+  struct Block {
+    void* p;
+    std::size_t n;
+    std::uint32_t seed;
+  };
+  Block take(std::size_t n, std::uint32_t seed, std::vector<void*>* places) {
+    Block b{a_.allocate(n), n, seed * 1000 + next_++};
+    p_.fill(b.p, b.n, b.seed);
+    if (places) places->push_back(b.p);
+    return b;
+  }
+  void give(Block& b) {
+    EXPECT_TRUE(p_.check(b.p, b.n, b.seed)) << "a block's bytes changed while it was live";
+    a_.deallocate(b.p, b.n);
+  }
+  Allocator& a_;
+  Platform& p_;
+  std::vector<std::size_t> keep_, tmp_, small_;
+  std::uint32_t next_ = 0;
+};
+
+// Chunks as in training (2 MiB, 4 MiB for requests from 64 MiB) and the
+// worker running its jobs inline at the same points, so that the run is the
+// same on every machine.
+Config training_like() {
+  Config c;
+  c.max_chunk = 2 * MiB;
+  c.large_chunk = 4 * MiB;
+  c.large_chunk_from = 16 * MiB;
+  c.worker = WorkerMode::inline_jobs;
+  return c;
+}
+
+TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
+  auto a = make(1024 * MiB, training_like());
+  Step step(*a, *platform_);
+  std::vector<void*> last;
+  int settled_at = -1;
+  for (int i = 0; i < 8; ++i) {
+    const Stats before = a->stats();
+    std::vector<void*> places = step.run(static_cast<std::uint32_t>(i));
+    settle_all(*a);
+    const Stats after = a->stats();
+    const auto vmm = after.vmm_calls.current - before.vmm_calls.current;
+    if (settled_at < 0 && vmm == 0 && places == last) settled_at = i;
+    if (settled_at >= 0) {
+      EXPECT_EQ(vmm, 0) << "step " << i << " mapped again after step " << settled_at;
+      EXPECT_EQ(places, last) << "step " << i << " moved blocks";
+      EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current);
+    }
+    last = std::move(places);
+  }
+  EXPECT_GE(settled_at, 0) << "the layout never settled";
+  EXPECT_LE(settled_at, 3) << "it took too long to settle";
+  EXPECT_GT(a->stats().remembered_hits.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
+// A remembered place in the middle of a run of free chunks is not taken:
+// that would leave free chunks before the block, which the ladder's choice
+// (the run's first chunks) does not.
+TEST_F(CoreTest, ARememberedPlaceInsideAFreeRunIsLeftForTheRunsStart) {
+  auto a = make_granule_chunks(256 * MiB);
+  void* whole = a->allocate(12 * MiB);
+  a->deallocate(whole, 12 * MiB);
+  settle_all(*a);
+  std::vector<void*> fours;  // the 1st, 2nd and 3rd 4 MiB blocks fill the run
+  for (int i = 0; i < 3; ++i) fours.push_back(a->allocate(4 * MiB));
+  ASSERT_EQ(fours[0], whole);
+  ASSERT_EQ(static_cast<char*>(fours[1]), static_cast<char*>(whole) + 4 * MiB);
+  void* elsewhere = a->allocate(4 * MiB);  // the 4th, in new memory
+  for (void* p : fours) a->deallocate(p, 4 * MiB);
+  settle_all(*a);
+  // One 4 MiB block is allocated, so this is a 2nd again, whose place was
+  // 4 MiB into what is now one free run of 12 MiB.
+  const Stats before = a->stats();
+  void* second = a->allocate(4 * MiB);
+  EXPECT_EQ(second, whole);
+  EXPECT_EQ(a->stats().remembered_hits.current, before.remembered_hits.current);
+  EXPECT_EQ(a->stats().vmm_calls.current, before.vmm_calls.current);
+  platform_->fill(second, 4 * MiB, 9);
+  platform_->fill(elsewhere, 4 * MiB, 10);
+  EXPECT_TRUE(platform_->check(second, 4 * MiB, 9));
+  EXPECT_TRUE(platform_->check(elsewhere, 4 * MiB, 10));
+  a->deallocate(second, 4 * MiB);
+  a->deallocate(elsewhere, 4 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
+}  // namespace
+}  // namespace memlake::test
