@@ -14,6 +14,10 @@ Kinds:
              alternate with bursts of small ones
   pipeline   1F1B over 4 streams; activations freed on the producer's stream
              after the consumer is done (as record_stream makes them)
+
+With --repeat every step draws the same shapes as the first (fixed-shape
+training: pretraining on packed sequences, a fixed batch of experts' tokens):
+the steady state in which an allocator should stop mapping memory.
 """
 import argparse
 import gzip
@@ -30,6 +34,14 @@ class Trace:
         self.ts = 0
         self.cur = 0
         self.peak = 0
+        self.repeat_seed = None
+
+    def steps(self, rng, n):
+        """The step loop; with --repeat each step replays the same draws."""
+        for i in range(n):
+            if self.repeat_seed is not None:
+                rng.seed(self.repeat_seed)
+            yield i
 
     def alloc(self, nbytes, stream=0):
         nbytes = max(1, int(nbytes))
@@ -65,7 +77,7 @@ def dynamic(t, rng, steps):
     layers, hidden = 24, 2048
     params = weights(t, rng, layers, hidden)
     grads = []
-    for _ in range(steps):
+    for _ in t.steps(rng, steps):
         seq = rng.choice([512, 640, 768, 1024, 1536, 2048]) * rng.randint(1, 4)
         acts = []
         for layer in range(layers):
@@ -89,7 +101,7 @@ def dynamic(t, rng, steps):
 def moe(t, rng, steps, hidden=1536):
     experts = 16
     weights(t, rng, experts * 2, hidden)
-    for _ in range(steps):
+    for _ in t.steps(rng, steps):
         live = []
         for _layer in range(12):
             for _e in range(experts):
@@ -104,7 +116,7 @@ def moe(t, rng, steps, hidden=1536):
 
 def offload(t, rng, steps):
     weights(t, rng, 16, 3072)
-    for _ in range(steps):
+    for _ in t.steps(rng, steps):
         on_device = []
         for _layer in range(20):
             big = t.alloc(rng.randint(60, 220) * MIB + rng.randint(0, MIB))
@@ -125,7 +137,7 @@ def pipeline(t, rng, steps):
     for s in range(stages):
         for _ in range(6):
             t.alloc(rng.randint(20, 90) * MIB, stream=s + 1)
-    for _ in range(steps):
+    for _ in t.steps(rng, steps):
         inflight = {s: [] for s in range(stages)}
         for m in range(micro + stages - 1):
             for s in range(stages):
@@ -151,14 +163,18 @@ def main():
     ap.add_argument("--kind", choices=sorted(KINDS), required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--repeat", action="store_true", help="every step the same shapes")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     t = Trace()
+    if args.repeat:
+        t.repeat_seed = args.seed * 1000003 + 1
     KINDS[args.kind](t, rng, args.steps)
     for i in list(t.live):
         t.free(i)
-    t.write(args.output, f"synthetic_{args.kind}_seed{args.seed}")
+    repeat = "_repeat" if args.repeat else ""
+    t.write(args.output, f"synthetic_{args.kind}{repeat}_seed{args.seed}")
 
 
 if __name__ == "__main__":
