@@ -9,7 +9,9 @@ with activation recomputation (gradient checkpointing), or a Llama-style
 model trained with LoRA adapters (peft), both under bf16 autocast. Batches
 have a different sequence length at every step, as with dynamic shapes and
 packed variable-length data: the irregular sizes that fragment a caching
-allocator.
+allocator. With --seq-len every step has that length instead (fixed shapes,
+as in pretraining on packed sequences): the steady state in which memlake
+should make no VMM call on the training thread after the first steps.
 
 Allocators: `native` (PyTorch's caching allocator), `expandable`
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), `memlake`
@@ -38,6 +40,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-seq", type=int, default=1024)
+    p.add_argument("--seq-len", type=int, default=0, help="every step this length (fixed shapes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--memlake-conf", default="", help="options for memlake.torch.enable()")
     p.add_argument("--compare", action="store_true",
@@ -83,6 +86,8 @@ def train(args):
     optim = torch.optim.AdamW(params, lr=1e-4)
     gen = torch.Generator().manual_seed(args.seed + 1)
     step_seqs = torch.randint(2, args.max_seq // 64 + 1, (args.steps,), generator=gen) * 64
+    if args.seq_len:
+        step_seqs.fill_(args.seq_len)
     losses = []
     step_seconds = []
     # memlake, per step: VMM calls on the training thread and on its mapping
@@ -143,7 +148,7 @@ def compare(args):
     for allocator in ALLOCATORS:
         cmd = [sys.executable, __file__, "--allocator", allocator, "--model", args.model,
                "--steps", str(args.steps), "--batch", str(args.batch), "--max-seq",
-               str(args.max_seq), "--seed", str(args.seed)]
+               str(args.max_seq), "--seq-len", str(args.seq_len), "--seed", str(args.seed)]
         if args.memlake_conf:
             cmd += ["--memlake-conf", args.memlake_conf]
         run = subprocess.run(cmd, capture_output=True, text=True)
@@ -153,8 +158,9 @@ def compare(args):
         results[allocator] = json.loads(run.stdout.strip().splitlines()[-1])
     native = results["native"]
     gib = 1 << 30
-    print("%s, %d steps, batch %d, sequence lengths 128..%d" % (
-        args.model, args.steps, args.batch, args.max_seq))
+    print("%s, %d steps, batch %d, %s" % (
+        args.model, args.steps, args.batch, "sequence length %d" % args.seq_len if args.seq_len
+        else "sequence lengths 128..%d" % args.max_seq))
     print("  %-11s %14s %14s %12s %10s %14s" % (
         "allocator", "peak reserved", "peak live", "utilization", "seconds", "max rel dloss"))
     worst = 0.0

@@ -2,6 +2,7 @@
 // toolkit; elsewhere it says why it did not run.
 #include "async_replay.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 #include <vector>
@@ -45,7 +46,9 @@ AsyncResult replay_cuda_async(const ReplaySetup& setup, int device) {
   const Trace& t = *setup.trace;
   std::unordered_map<std::uint64_t, cudaStream_t> streams;
   std::vector<void*> ptrs(t.events.size(), nullptr);
-  std::vector<std::uint32_t> alloc_ns, free_ns;
+  std::vector<std::uint32_t> alloc_ns, free_ns, alloc_ns_after_warmup;
+  const auto warm = static_cast<std::size_t>(static_cast<double>(t.events.size()) *
+                                             std::clamp(setup.warmup_fraction, 0.0, 1.0));
   alloc_ns.reserve(t.events.size() / 2 + 1);
   free_ns.reserve(t.events.size() / 2 + 1);
   for (std::size_t i = 0; i < t.events.size() && r.why_not.empty(); ++i) {
@@ -72,6 +75,8 @@ AsyncResult replay_cuda_async(const ReplaySetup& setup, int device) {
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     (e.op == TraceOp::alloc ? alloc_ns : free_ns).push_back(static_cast<std::uint32_t>(ns.count()));
+    if (e.op == TraceOp::alloc && i >= warm)
+      alloc_ns_after_warmup.push_back(static_cast<std::uint32_t>(ns.count()));
     if (err != cudaSuccess)
       r.why_not = cuda_failure(e.op == TraceOp::alloc ? "cudaMallocAsync" : "cudaFreeAsync", err);
   }
@@ -86,6 +91,7 @@ AsyncResult replay_cuda_async(const ReplaySetup& setup, int device) {
   cudaSetDevice(previous);
   r.alloc_ns = percentiles(std::move(alloc_ns));
   r.free_ns = percentiles(std::move(free_ns));
+  r.alloc_ns_after_warmup = percentiles(std::move(alloc_ns_after_warmup));
   r.ran = r.why_not.empty();
   return r;
 }

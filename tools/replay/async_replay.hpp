@@ -17,6 +17,7 @@ struct AsyncResult {
   std::uint64_t reserved_high = 0;  // cudaMemPoolAttrReservedMemHigh
   std::uint64_t used_high = 0;      // cudaMemPoolAttrUsedMemHigh
   Percentiles alloc_ns, free_ns;
+  Percentiles alloc_ns_after_warmup;  // allocations after the warm-up events, as memlake's
 };
 
 AsyncResult replay_cuda_async(const ReplaySetup& setup, int device);

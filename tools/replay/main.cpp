@@ -480,13 +480,16 @@ int run(const Options& o) {
               extra, sizeof extra,
               ",\"cuda_async_measured\":{\"peak_reserved_bytes\":%llu,\"used_high_bytes\":%llu,"
               "\"memlake_ratio\":%.6f,\"alloc_ns_median\":%llu,\"free_ns_median\":%llu,"
-              "\"alloc_ns_p99\":%llu,\"free_ns_p99\":%llu}",
+              "\"alloc_ns_p99\":%llu,\"free_ns_p99\":%llu,"
+              "\"alloc_ns_after_warmup_median\":%llu,\"alloc_ns_after_warmup_p99\":%llu}",
               static_cast<unsigned long long>(async.reserved_high),
               static_cast<unsigned long long>(async.used_high), async_ratio,
               static_cast<unsigned long long>(async.alloc_ns.median),
               static_cast<unsigned long long>(async.free_ns.median),
               static_cast<unsigned long long>(async.alloc_ns.p99),
-              static_cast<unsigned long long>(async.free_ns.p99));
+              static_cast<unsigned long long>(async.free_ns.p99),
+              static_cast<unsigned long long>(async.alloc_ns_after_warmup.median),
+              static_cast<unsigned long long>(async.alloc_ns_after_warmup.p99));
         else
           std::snprintf(extra, sizeof extra, ",\"cuda_async_measured\":null");
         line.insert(line.size() - 1, extra);
@@ -497,10 +500,12 @@ int run(const Options& o) {
       if (o.cuda_async && async.ran)
         std::printf(
             "  cudaMallocAsync  measured here: peak reserved %s, used high %s; memlake / it %.3f; "
-            "ns per alloc median/p99 %llu/%llu, free %llu/%llu\n\n",
+            "ns per alloc median/p99 %llu/%llu (after warm-up %llu/%llu), free %llu/%llu\n\n",
             gib(async.reserved_high).c_str(), gib(async.used_high).c_str(), async_ratio,
             static_cast<unsigned long long>(async.alloc_ns.median),
             static_cast<unsigned long long>(async.alloc_ns.p99),
+            static_cast<unsigned long long>(async.alloc_ns_after_warmup.median),
+            static_cast<unsigned long long>(async.alloc_ns_after_warmup.p99),
             static_cast<unsigned long long>(async.free_ns.median),
             static_cast<unsigned long long>(async.free_ns.p99));
       else if (o.cuda_async)

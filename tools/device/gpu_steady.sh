@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# gpu_steady.sh: the steady state of repeated training steps on the GPU, and
+# the checks that go with it, from one Release build:
+#   memlake_cuda_tests (optionally under compute-sanitizer memcheck,
+#     MEMLAKE_MEMCHECK=1);
+#   memlake-replay --backend cuda --allocator cudaMallocAsync (worker thread)
+#     over repeated-step traces made here by tools/synth_trace.py --repeat
+#     and over the traces in $MEMLAKE_TRACES (default .traces, else
+#     ../shared/traces): critical-path VMM calls and allocate p99 after
+#     warm-up, beside cudaMallocAsync's;
+#   samples/pytorch_training/train.py with a fixed sequence length
+#     (MEMLAKE_SEQ_LEN, default 512) under expandable segments and memlake:
+#     per-step times and VMM calls (tools/device/train_steps.py);
+#   pipeline_parallel --backend cuda at scale 1 over seeds MEMLAKE_SEEDS
+#     (default 1..5) and at scale 16.
+# Everything goes to $OUT (default ./out); steady-summary.txt collects it.
+set -u -o pipefail
+
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${MEMLAKE_BUILD_DIR:-build-steady}
+SUMMARY_NAME=steady-summary.txt
+BUDGET=${MEMLAKE_RUN_BUDGET:-560}
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
+TRACES=${MEMLAKE_TRACES:-.traces}
+[[ -d $TRACES ]] || TRACES=../shared/traces
+
+machine
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+step configure 120 "$OUT/steady-build.log" cmake -S . -B "$BUILD" "${GENERATOR[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+  step build 240 "$OUT/steady-build.log" cmake --build "$BUILD" -j "$(nproc)" --target \
+    memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared || {
+  tail -n 30 "$OUT/steady-build.log" | tee -a "$SUMMARY"
+  exit 1
+}
+
+step cuda-tests 150 "$OUT/cuda-tests.log" "$BUILD/tests/memlake_cuda_tests"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/cuda-tests.log" | tee -a "$SUMMARY"
+if [[ ${MEMLAKE_MEMCHECK:-0} == 1 ]]; then
+  step memcheck 120 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --report-api-errors no \
+    "$BUILD/tests/memlake_cuda_tests"
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/memcheck.log" | tee -a "$SUMMARY"
+fi
+
+REPEATED=$OUT/repeated
+mkdir -p "$REPEATED"
+for kind in dynamic moe offload pipeline moe_large; do
+  python3 tools/synth_trace.py --kind "$kind" --repeat --steps 20 -o "$REPEATED/$kind.csv.gz"
+done
+step replay 200 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
+  --allocator cudaMallocAsync --json --no-progress "$REPEATED"/*.csv.gz "$TRACES"/*.csv.gz
+rm -rf "$REPEATED"
+grep '^{' "$OUT/replay.log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    a = d.get("cuda_async_measured") or {}
+    peak = a.get("peak_reserved_bytes")
+    w = d["alloc_ns_after_warmup"]
+    print("  %-30s memlake %6.2f GiB util %.4f | cudaMallocAsync %s | after warm-up: critical VMM %d, alloc median/p99 %d/%d ns (cudaMallocAsync %s) | VMM by tenth %s" % (
+        d["trace"][:30], d["peak_reserved_bytes"] / 2**30, d["utilization"],
+        "%.2f GiB ratio %.3f" % (peak / 2**30, d["peak_reserved_bytes"] / peak) if peak else "n/a",
+        d["critical_path_vmm_calls_after_warmup"], w["median"], w["p99"],
+        "%s/%s ns" % (a.get("alloc_ns_after_warmup_median", "?"), a.get("alloc_ns_after_warmup_p99", "?")),
+        d["critical_path_vmm_calls_by_tenth"]))
+' | tee -a "$SUMMARY"
+
+export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
+SEQ=${MEMLAKE_SEQ_LEN:-512}
+for model in ${MEMLAKE_TORCH_MODELS:-gpt2-recompute}; do
+  runs=()
+  for allocator in expandable memlake; do
+    json=$OUT/$model-fixed-$allocator.json
+    step "$model-fixed-$allocator" 120 "$json" python3 samples/pytorch_training/train.py \
+      --allocator "$allocator" --model "$model" --steps "${MEMLAKE_TORCH_STEPS:-20}" \
+      --seq-len "$SEQ" && runs+=("$json")
+  done
+  note "[$model, every step $SEQ tokens]"
+  python3 tools/device/train_steps.py "${runs[@]}" | tee -a "$SUMMARY"
+done
+
+for seed in ${MEMLAKE_SEEDS:-1 2 3 4 5}; do
+  step "pipeline-1-$seed" 60 "$OUT/pipeline.log" "$BUILD/samples/pipeline_parallel" --backend cuda \
+    --scale 1 --seed "$seed"
+done
+step "pipeline-16" 60 "$OUT/pipeline.log" "$BUILD/samples/pipeline_parallel" --backend cuda \
+  --scale 16
+grep -E "^pipeline_parallel|peak reserved|utilization|host waits|mismatches|pool reserved|schedule" \
+  "$OUT/pipeline.log" | tee -a "$SUMMARY"
+note "== done in $(($(date +%s) - START))s"
