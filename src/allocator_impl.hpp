@@ -70,6 +70,7 @@ class AllocatorImpl {
   MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream);
   void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
                  AllocPath path);
+  void* from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream, AllocPath path);
   [[noreturn]] void misuse(const std::string& message) const;
   std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);

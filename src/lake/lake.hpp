@@ -73,6 +73,9 @@ struct LakeResult {
   DevicePtr ptr = 0;  // 0 when no memory could be found
   AllocPath path = AllocPath::exact;
   std::size_t size = 0;  // rounded size handed out
+  // The latest fence under which part of this memory was freed: the caller's
+  // stream must wait for it unless it has completed (StreamScheduler).
+  std::uint64_t fence = 0;
 };
 
 class Lake {
@@ -93,6 +96,7 @@ class Lake {
   void free(DevicePtr ptr, std::uint64_t fence = 0);
   // Fences up to and including `through` have completed.
   void fences_completed(std::uint64_t through) { fences_done_ = through; }
+  std::uint64_t fences_done() const { return fences_done_; }
   // Cuts a live allocation after its first `keep` bytes (a multiple of
   // kAlignment, less than its size) into two; returns the second's address.
   DevicePtr split(DevicePtr ptr, std::size_t keep);
@@ -334,6 +338,7 @@ class Lake {
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
   std::uint64_t fences_done_ = 0;
+  std::uint64_t placed_fence_ = 0;  // record(): of the block placed last
   bool unmappable(const Segment& seg) const { return seg.fence <= fences_done_; }
   bool allow_new_ = true;                    // for the allocate() call in progress
   bool allow_map_ = true;                    // likewise

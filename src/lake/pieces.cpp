@@ -1,6 +1,7 @@
 // Pieces: byte ranges inside owned chunks. This file carves allocations out
 // of free pieces, merges pieces back on free, keeps the fragment index (all
 // free pieces of owned chunks, by size) and records allocations.
+#include <algorithm>
 #include <cassert>
 
 #include "lake/lake.hpp"
@@ -101,6 +102,10 @@ void Lake::count_size(std::size_t size, int delta) {
 }
 
 void Lake::record(DevicePtr ptr, const Allocation& a) {
+  placed_fence_ = 0;
+  const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
+  for (std::uint32_t i = 0; i < a.chunk_count; ++i)
+    placed_fence_ = std::max(placed_fence_, chunks_[ids[a.first_chunk + i]].fence);
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
   count_size(a.size, +1);
@@ -235,6 +240,13 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   assert(it != allocations_.end());
   Allocation a = it->second;
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
+  if (fence != 0) {
+    const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
+    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+      std::uint64_t& f = chunks_[ids[a.first_chunk + i]].fence;
+      f = std::max(f, fence);
+    }
+  }
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
   count_size(a.size, -1);

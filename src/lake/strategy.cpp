@@ -23,6 +23,7 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map)
   if (size <= options_.small_max) {
     LakeResult r = allocate_small(size);
     r.size = size;
+    r.fence = r.ptr ? placed_fence_ : 0;
     return r;
   }
   const bool remembered = remembers(size);
@@ -31,6 +32,7 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map)
   if (r.ptr == 0) r = allocate_large(size);
   if (r.ptr == 0) return r;
   r.size = size;
+  r.fence = placed_fence_;
   if (remembered) remember_place(key, r.ptr);
   return r;
 }

@@ -75,6 +75,9 @@ struct Chunk {
   std::uint32_t pins = 0;  // worker jobs mapping it without the lock: not to be released
   bool in_use = false;     // slot holds a chunk
   bool reserve = false;    // created by the worker ahead of demand, not yet taken
+  // The last fence under which a block in it was freed (Lake::free): work
+  // queued before that fence may still use it, so a stream given it waits.
+  std::uint64_t fence = 0;
 };
 
 // First slot -> number of slots; nodes from the lake's pool once it gives one.

@@ -101,7 +101,7 @@ std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources) {
     record(e, source);
     for (auto& [stream, st] : streams_)
       if (stream != source) wait(stream, e);
-    fences_.push_back({id, e});
+    fences_.push_back({id, e, source, true, {}});
   }
   ++stats_.fences.current;
   return id;
@@ -114,9 +114,23 @@ std::uint64_t StreamScheduler::completed_fences() {
   return through;
 }
 
+void StreamScheduler::wait_for_fences(StreamHandle stream, std::uint64_t through) {
+  drop_completed_fences();
+  for (Fence& f : fences_) {
+    if (f.id > through || f.waited_by_all || f.source == stream ||
+        std::find(f.waited.begin(), f.waited.end(), stream) != f.waited.end())
+      continue;
+    wait(stream, f.event);
+    f.waited.push_back(stream);
+  }
+}
+
 void StreamScheduler::wait_on_fences(StreamHandle stream) {
   drop_completed_fences();
-  for (const Fence& f : fences_) wait(stream, f.event);
+  for (Fence& f : fences_) {
+    wait(stream, f.event);
+    f.waited.push_back(stream);
+  }
 }
 
 void StreamScheduler::drop_completed_fences() {

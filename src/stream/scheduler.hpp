@@ -63,6 +63,18 @@ class StreamScheduler {
   // `release(block, fence)`: the fence's id, for completed_fences().
   template <class Release>
   std::size_t fence_all(Release&& release);
+  // Memory the lake lacks without mapping: the blocks pending on `stream`
+  // alone become free, under a fence that `stream` records after its work
+  // so far. `stream` itself may reuse them at once (stream order); another
+  // stream given memory freed under this fence first waits on it
+  // (wait_for_fences), a GPU-side wait, and only then. Not while `stream` is
+  // capturing a graph. `release(block, fence)` as for fence_all.
+  template <class Release>
+  std::size_t release_own(StreamHandle stream, Release&& release);
+  // `stream` is about to use memory freed under fences up to `through`:
+  // it waits on those of them recorded by other streams and not complete
+  // (fence_all's fences were waited on by every stream already).
+  void wait_for_fences(StreamHandle stream, std::uint64_t through);
   // Every fence up to this id has completed.
   std::uint64_t completed_fences();
 
@@ -139,6 +151,9 @@ class StreamScheduler {
   struct Fence {
     std::uint64_t id = 0;
     EventHandle event = nullptr;
+    StreamHandle source = nullptr;     // the stream that recorded it
+    bool waited_by_all = false;        // fence_all's: every other stream waits at once
+    std::vector<StreamHandle> waited;  // release_own's: the streams that waited since
   };
   std::vector<Fence> fences_;  // recorded by fence(), not yet complete
   std::uint64_t last_fence_ = 0;
@@ -189,6 +204,30 @@ std::size_t StreamScheduler::harvest(Release&& release) {
       ++i;
     }
   }
+  return released;
+}
+
+template <class Release>
+std::size_t StreamScheduler::release_own(StreamHandle stream, Release&& release) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end() || it->second.by_size.empty()) return 0;
+  bool capturing = false;
+  if (backend_.stream_is_capturing(stream, &capturing) != Status::ok || capturing) return 0;
+  StreamState& st = it->second;
+  close_batch(stream, st);
+  drop_completed_fences();
+  const std::uint64_t id = ++last_fence_;
+  EventHandle e = acquire_event();
+  record(e, stream);
+  fences_.push_back({id, e, stream, false, {}});
+  std::size_t released = 0;
+  for (auto& [size, p] : st.by_size) {
+    p->indexed = false;
+    release(take_pending(p), id);
+    ++released;
+  }
+  st.by_size.clear();
+  ++stats_.own_releases.current;
   return released;
 }
 

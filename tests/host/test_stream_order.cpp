@@ -115,9 +115,10 @@ TEST(StreamOrder, CrossStreamHandoverMakesTheNewStreamWait) {
 }
 
 // Under memory pressure a pending block larger than the request is taken
-// and split: the request gets its front (after a GPU-side wait when the block
-// is another stream's), the rest stays pending on the requesting stream, and
-// nothing new is created. Cuts inside a chunk and at a chunk boundary.
+// and split: the request gets its front after a GPU-side wait (the block is
+// another stream's), the rest is pending on the requesting stream and serves
+// its next requests (through the lake, released under that stream's own
+// fence), and nothing new is created. Every byte shows B's work ran after A's.
 TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
   auto a = make(/*cross_stream_wait=*/true);
   Stream sa = a->create_stream(), sb = a->create_stream();
@@ -130,17 +131,19 @@ TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
   a->deallocate(p, 64 * MiB, sa);
   const Stats s0 = a->stats();
   const std::size_t n1 = 24 * MiB + 4096, n2 = 30 * MiB, n3 = 4 * MiB - 4096;
-  void* q1 = a->allocate(n1, sb);  // A's block, by a wait: cut inside a chunk
-  void* q2 = a->allocate(n2, sb);  // the rest, pending on B: no wait, cut inside a chunk
-  void* q3 = a->allocate(n3, sb);  // cut at a chunk boundary
+  char* q1 = static_cast<char*>(a->allocate(n1, sb));  // A's block, by a wait: cut inside a chunk
+  char* q2 = static_cast<char*>(a->allocate(n2, sb));  // the rest, B's own now: no wait
+  char* q3 = static_cast<char*>(a->allocate(n3, sb));
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
   EXPECT_EQ(q1, p);
-  EXPECT_EQ(q2, p + n1);
-  EXPECT_EQ(q3, p + n1 + n2);
+  for (auto [q, n] : {std::pair{q2, n2}, {q3, n3}}) {
+    EXPECT_GE(q, p + n1) << "inside the rest of A's block";
+    EXPECT_LE(q + n, p + 64 * MiB);
+  }
+  EXPECT_TRUE(q3 >= q2 + n2 || q3 + n3 <= q2) << "q2 and q3 overlap";
   const Stats s1 = a->stats();
   EXPECT_EQ(s1.cross_stream_waits.current - s0.cross_stream_waits.current, 1);
   EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
-  EXPECT_EQ(s1.pending_free_bytes.current, static_cast<std::int64_t>(64 * MiB - n1 - n2 - n3));
   CheckThenWrite c1, c2, c3;
   for (auto [c, q, n, tag] : {std::tuple{&c1, q1, n1, 0x31}, std::tuple{&c2, q2, n2, 0x32},
                               std::tuple{&c3, q3, n3, 0x33}}) {
@@ -154,11 +157,20 @@ TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
   a->backend().stream_synchronize(sb);
   EXPECT_TRUE(c1.saw_expected.load() && c2.saw_expected.load() && c3.saw_expected.load())
       << "B's work ran before A's finished";
-  EXPECT_EQ(p[n1 - 1], 0x31);
-  EXPECT_EQ(p[n1], 0x32);
-  EXPECT_EQ(p[n1 + n2 - 1], 0x32);
-  EXPECT_EQ(p[n1 + n2], 0x33);
-  EXPECT_EQ(p[n1 + n2 + n3], 0x5A) << "the part nobody took was written";
+  std::size_t untouched = 0;
+  for (std::size_t i = 0; i < 64 * MiB; ++i) {
+    const char* at = p + i;
+    const unsigned char want = at < q1 + n1                 ? 0x31
+                               : (at >= q2 && at < q2 + n2) ? 0x32
+                               : (at >= q3 && at < q3 + n3) ? 0x33
+                                                            : 0x5A;
+    if (static_cast<unsigned char>(*at) != want) {
+      ADD_FAILURE() << "byte " << i << " holds " << int(*at) << ", not " << int(want);
+      break;
+    }
+    untouched += want == 0x5A;
+  }
+  EXPECT_EQ(untouched, 64 * MiB - n1 - n2 - n3) << "the part nobody took holds A's write";
   EXPECT_EQ(a->check_invariants(), "");
   a->deallocate(q2, n2, sb);
   a->deallocate(q1, n1, sb);
@@ -167,6 +179,58 @@ TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
   void* whole = a->allocate(64 * MiB, sb);  // the pieces came back together
   EXPECT_EQ(whole, p);
   a->deallocate(whole, 64 * MiB, sb);
+  EXPECT_EQ(a->check_invariants(), "");
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+// A stream's own frees still pending on its queued work serve its next
+// request of another size before anything is mapped (stream order makes
+// that safe), without waiting for the work. Another stream given memory
+// freed that way waits for the work first, GPU-side: its job sees the bytes
+// the first stream's job wrote.
+TEST(StreamOrder, OwnPendingFreesServeTheStreamAndOthersWaitForThem) {
+  auto a = make(/*cross_stream_wait=*/true);
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  void* b_known = a->allocate(4096, sb);  // B is a stream the allocator knows already
+  char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
+  GatedWrite job;
+  job.block = p;
+  job.size = 16 * MiB;
+  job.tag = 0x5A;
+  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  a->deallocate(p, 16 * MiB, sa);
+  const Stats s0 = a->stats();
+  char* mine = static_cast<char*>(a->allocate(6 * MiB, sa));  // another size, same stream
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  const Stats s1 = a->stats();
+  EXPECT_GE(mine, p);
+  EXPECT_LE(mine + 6 * MiB, p + 16 * MiB) << "served from A's own pending free";
+  EXPECT_EQ(s1.own_releases.current - s0.own_releases.current, 1);
+  EXPECT_EQ(s1.vmm_calls.current, s0.vmm_calls.current) << "nothing mapped";
+  EXPECT_EQ(s1.cross_stream_waits.current, s0.cross_stream_waits.current);
+  // B gets the rest of that block: only after A's work, by a GPU-side wait.
+  char* theirs = static_cast<char*>(a->allocate(8 * MiB, sb));
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  EXPECT_GE(theirs, p);
+  EXPECT_LE(theirs + 8 * MiB, p + 16 * MiB);
+  EXPECT_EQ(a->stats().cross_stream_waits.current - s1.cross_stream_waits.current, 1);
+  EXPECT_EQ(a->stats().reserved_bytes.current, s0.reserved_bytes.current);
+  CheckThenWrite check;
+  check.block = theirs;
+  check.size = 8 * MiB;
+  check.expect = 0x5A;
+  check.tag = 0x42;
+  ASSERT_EQ(a->backend().launch_host_func(sb, &CheckThenWrite::run, &check), Status::ok);
+  job.open = true;
+  a->backend().stream_synchronize(sb);
+  EXPECT_TRUE(check.saw_expected.load()) << "B's job ran before A's had finished";
+  a->backend().stream_synchronize(sa);
+  a->deallocate(mine, 6 * MiB, sa);
+  a->deallocate(theirs, 8 * MiB, sb);
+  a->deallocate(b_known, 4096, sb);
+  a->process_pending_frees();
   EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
   a->destroy_stream(sa);

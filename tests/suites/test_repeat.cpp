@@ -90,6 +90,10 @@ Config training_like() {
 TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
   auto a = make(1024 * MiB, training_like());
   Step step(*a, *platform_);
+  // On host streams nothing runs behind the caller, so the same requests get
+  // the same places. On a GPU a free may still be pending when the next
+  // request comes, so a block may take another free place: no mapping either.
+  const bool same_places = platform_->name() == "host";
   std::vector<void*> last;
   int settled_at = -1;
   for (int i = 0; i < 8; ++i) {
@@ -98,10 +102,12 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
     settle_all(*a);
     const Stats after = a->stats();
     const auto vmm = after.vmm_calls.current - before.vmm_calls.current;
-    if (settled_at < 0 && vmm == 0 && places == last) settled_at = i;
+    if (settled_at < 0 && vmm == 0 && (!same_places || places == last)) settled_at = i;
     if (settled_at >= 0) {
       EXPECT_EQ(vmm, 0) << "step " << i << " mapped again after step " << settled_at;
-      EXPECT_EQ(places, last) << "step " << i << " moved blocks";
+      if (same_places) {
+        EXPECT_EQ(places, last) << "step " << i << " moved blocks";
+      }
       EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current);
     }
     last = std::move(places);

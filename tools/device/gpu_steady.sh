@@ -9,8 +9,9 @@
 #     ../shared/traces): critical-path VMM calls and allocate p99 after
 #     warm-up, beside cudaMallocAsync's;
 #   samples/pytorch_training/train.py with a fixed sequence length
-#     (MEMLAKE_SEQ_LEN, default 512) under expandable segments and memlake:
-#     per-step times and VMM calls (tools/device/train_steps.py);
+#     (MEMLAKE_SEQ_LEN, default 512; MEMLAKE_DYNAMIC=1 adds a run with a new
+#     length every step) under expandable segments and memlake, per model in
+#     MEMLAKE_TORCH_MODELS: per-step times and VMM calls (train_steps.py);
 #   pipeline_parallel --backend cuda at scale 1 over seeds MEMLAKE_SEEDS
 #     (default 1..5) and at scale 16.
 # Everything goes to $OUT (default ./out); steady-summary.txt collects it.
@@ -68,17 +69,23 @@ for line in sys.stdin:
 ' | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
-SEQ=${MEMLAKE_SEQ_LEN:-512}
+# Fixed shapes (every step MEMLAKE_SEQ_LEN tokens), and with MEMLAKE_DYNAMIC=1
+# also train.py's default of a new length every step.
+SHAPES=("${MEMLAKE_SEQ_LEN:-512}")
+[[ ${MEMLAKE_DYNAMIC:-0} == 1 ]] && SHAPES+=(0)
 for model in ${MEMLAKE_TORCH_MODELS:-gpt2-recompute}; do
-  runs=()
-  for allocator in expandable memlake; do
-    json=$OUT/$model-fixed-$allocator.json
-    step "$model-fixed-$allocator" 120 "$json" python3 samples/pytorch_training/train.py \
-      --allocator "$allocator" --model "$model" --steps "${MEMLAKE_TORCH_STEPS:-20}" \
-      --seq-len "$SEQ" && runs+=("$json")
+  for seq in "${SHAPES[@]}"; do
+    runs=()
+    name=$model-$([[ $seq == 0 ]] && echo dynamic || echo "fixed$seq")
+    for allocator in expandable memlake; do
+      json=$OUT/$name-$allocator.json
+      step "$name-$allocator" 120 "$json" python3 samples/pytorch_training/train.py \
+        --allocator "$allocator" --model "$model" --steps "${MEMLAKE_TORCH_STEPS:-20}" \
+        --seq-len "$seq" && runs+=("$json")
+    done
+    note "[$name]"
+    python3 tools/device/train_steps.py "${runs[@]}" | tee -a "$SUMMARY"
   done
-  note "[$model, every step $SEQ tokens]"
-  python3 tools/device/train_steps.py "${runs[@]}" | tee -a "$SUMMARY"
 done
 
 for seed in ${MEMLAKE_SEEDS:-1 2 3 4 5}; do
