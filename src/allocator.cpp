@@ -85,6 +85,7 @@ AllocatorImpl::~AllocatorImpl() {
 void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
+  const std::uint64_t history = history_.push(bytes);
   if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
     StreamScheduler::Block b;
@@ -93,10 +94,10 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
     if (scheduler_.take_same_stream(stream, size, size, &b))
       return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
   }
-  return allocate_slow(bytes, stream);
+  return allocate_slow(bytes, stream, history);
 }
 
-void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
+void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history) {
   ScopedNanos timed(stats_.slow_path_ns);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!scheduler_.known_stream(stream)) {
@@ -121,20 +122,20 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   lake::LakeResult r;
   if (config_.lazy_batches) {
     scheduler_.harvest(release);
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
+    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
   }
   if (!r.ptr) {
     scheduler_.close_open_batches();
     scheduler_.harvest(release);
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
+    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
   }
   // Before anything is mapped: this stream's own pending frees, which it may
   // reuse at once. While the GPU runs behind the host most of them are still
   // pending; without them a repeated training step found the places of its
   // last step taken and stitched (~400 VMM calls per GPT-2 step on the H200).
   if (!r.ptr && may_order_streams && scheduler_.release_own(stream, release_fenced) != 0)
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false);
-  if (!r.ptr) r = lake_.allocate(bytes, /*allow_new=*/false);
+    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
+  if (!r.ptr) r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/true, history);
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
   if (r.ptr) return from_lake(r, bytes, stream, r.path);
@@ -160,15 +161,15 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream) {
   if (may_order_streams && scheduler_.pending_blocks() != 0 &&
       scheduler_.pending_bytes() + lake_.free_chunk_bytes() + lake_.fragment_bytes() >= size &&
       scheduler_.fence_all(release_fenced) != 0) {
-    r = lake_.allocate(bytes, /*allow_new=*/false);
+    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/true, history);
     if (r.ptr) return from_lake(r, bytes, stream, r.path);
   }
-  r = lake_.allocate(bytes, /*allow_new=*/true);
+  r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
   if (r.ptr) return from_lake(r, bytes, stream, r.path);
   // Reclaim: unmap cached ranges and release unused chunks, then retry once.
   lake_.fences_completed(scheduler_.completed_fences());
   lake_.reclaim();
-  r = lake_.allocate(bytes, /*allow_new=*/true);
+  r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
   if (r.ptr) return from_lake(r, bytes, stream, AllocPath::reclaim);
   out_of_memory(bytes, stream);
 }

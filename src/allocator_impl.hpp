@@ -22,6 +22,7 @@
 #include "memlake/allocator.hpp"
 #include "memlake/sharing.hpp"
 #include "observers.hpp"
+#include "request_history.hpp"
 #include "stream/scheduler.hpp"
 #include "trace/recorder.hpp"
 #include "worker/mapping_worker.hpp"
@@ -67,7 +68,7 @@ class AllocatorImpl {
     std::vector<Stream> also_used_on;
   };
 
-  MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream);
+  MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history);
   void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
                  AllocPath path);
   void* from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream, AllocPath path);
@@ -87,7 +88,8 @@ class AllocatorImpl {
   lake::Lake lake_;
   StreamScheduler scheduler_;
   std::unordered_map<DevicePtr, LiveBlock> live_;
-  MappingWorker worker_;  // last: stopped before the lake goes
+  RequestHistory history_;  // where in a repeated step a request comes
+  MappingWorker worker_;    // last: stopped before the lake goes
 };
 
 }  // namespace memlake

@@ -42,14 +42,6 @@ namespace memlake::lake {
 // trace: allocate median -30% with 2 instead of all, same peak).
 inline constexpr std::size_t kIndexedRanges = 2;
 
-// Blocks up to this many granules borrow free chunk ends before new memory
-// (try_borrowed_ends): for them a granule is a third or more of the block.
-// For larger ones it made the recorded traces stitch more for no less
-// memory (gpt2_recompute: 13.22 -> 13.28 GiB peak, critical-path VMM calls
-// after warm-up 5593 -> 7493 with 4 granules); their tails are continued
-// in place (try_continuation) instead.
-inline constexpr std::size_t kBorrowMaxGranules = 2;
-
 // Addresses remembered per request key, and keys at most, for
 // try_remembered (remembered.cpp).
 inline constexpr std::size_t kRememberedPlaces = 4;
@@ -90,7 +82,10 @@ class Lake {
   // places to look first); with allow_map false, nothing is mapped either
   // (only what is mapped and free serves). Throws backend_error when the
   // backend fails for another reason.
-  LakeResult allocate(std::size_t requested, bool allow_new = true, bool allow_map = true);
+  // `history`: the caller's requests before this one (RequestHistory), which
+  // tells where in a repeated step it comes.
+  LakeResult allocate(std::size_t requested, bool allow_new = true, bool allow_map = true,
+                      std::uint64_t history = 0);
   // The pointer must be a live allocation (see find()). `fence`: the block
   // may be in use by GPU work until that fence completes (fences_completed).
   void free(DevicePtr ptr, std::uint64_t fence = 0);
@@ -195,20 +190,20 @@ class Lake {
   LakeResult try_grow_segment(std::size_t size);
   LakeResult take_reserve_run(std::size_t bytes, std::size_t size);
   LakeResult try_borrowed_ends(std::size_t size);
-  // remembered.cpp: a request is known by its size and how many blocks of
-  // that size are allocated when it comes.
-  using PlaceKey = std::pair<std::size_t, std::size_t>;
-  struct PlaceKeyHash {
-    std::size_t operator()(const PlaceKey& k) const { return k.first * 31 + k.second; }
+  // remembered.cpp: a request is known by its size, how many blocks of that
+  // size are allocated when it comes, and the requests before it.
+  struct PlaceKey {
+    std::size_t size = 0;
+    std::size_t count = 0;      // blocks of that size allocated
+    std::uint64_t history = 0;  // the requests before it (RequestHistory)
+    bool operator==(const PlaceKey&) const = default;
   };
-  // Blocks of a granule or two keep the ladder's freedom (best-fit pieces,
-  // borrowed ends): their sizes change with every micro-batch, and placing
-  // them where a block of their size once was packed the pipeline sample
-  // worse (utilization 0.990 -> 0.976 on one seed) for no fewer VMM calls.
-  bool remembers(std::size_t size) const {
-    return size > kBorrowMaxGranules * options_.granularity;
-  }
-  PlaceKey place_key(std::size_t size) const;
+  struct PlaceKeyHash {
+    std::size_t operator()(const PlaceKey& k) const {
+      return (k.size * 31 + k.count) * 0x9E3779B97F4A7C15ull ^ k.history;
+    }
+  };
+  PlaceKey place_key(std::size_t size, std::uint64_t history) const;
   void remember_place(PlaceKey key, DevicePtr ptr);
   LakeResult try_remembered(PlaceKey key);
   bool free_at(DevicePtr ptr, std::size_t size, SegmentId* s, std::uint32_t* slot,
@@ -356,8 +351,7 @@ class Lake {
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;
-  // Where large requests were placed, newest last, by size and the number of
-  // blocks of that size allocated at the time (remembered.cpp).
+  // Where large requests were placed, newest last, by PlaceKey (remembered.cpp).
   std::unordered_map<PlaceKey, std::vector<DevicePtr>, PlaceKeyHash> remembered_;
   std::unordered_map<std::size_t, std::size_t> allocated_by_size_;  // large blocks only
 };

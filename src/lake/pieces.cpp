@@ -95,7 +95,7 @@ void Lake::free_piece(Piece* p) {
 }
 
 void Lake::count_size(std::size_t size, int delta) {
-  if (!remembers(size)) return;
+  if (size <= options_.small_max) return;
   std::size_t& n = allocated_by_size_[size];
   n += static_cast<std::size_t>(delta);
   if (n == 0) allocated_by_size_.erase(size);

@@ -11,13 +11,15 @@
 
 namespace memlake::lake {
 
-// A request is known by its size and by how many blocks of that size are
-// allocated when it comes: in a repeated step both are what they were at the
-// same request last step, while a request that comes again within a step
-// (a layer's temporary) finds the place its predecessor freed.
-Lake::PlaceKey Lake::place_key(std::size_t size) const {
+// A request is known by its size, by how many blocks of that size are
+// allocated when it comes, and by the requests before it: in a repeated step
+// all three are what they were at the same request last step. Size and count
+// alone confused requests of one size in different places of a step: on a
+// recorded fixed-shape GPT-2 step, the second logits buffer took the place
+// of the third and the third stitched anew, every step.
+Lake::PlaceKey Lake::place_key(std::size_t size, std::uint64_t history) const {
   auto it = allocated_by_size_.find(size);
-  return {size, it == allocated_by_size_.end() ? 0 : it->second};
+  return {size, it == allocated_by_size_.end() ? 0 : it->second, history};
 }
 
 void Lake::remember_place(PlaceKey key, DevicePtr ptr) {
@@ -91,7 +93,7 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
 LakeResult Lake::try_remembered(PlaceKey key) {
   auto it = remembered_.find(key);
   if (it == remembered_.end()) return {};
-  const std::size_t size = key.first;
+  const std::size_t size = key.size;
   for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) {
     SegmentId s;
     std::uint32_t slot;
