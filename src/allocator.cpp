@@ -265,8 +265,10 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   scheduler_.defer({key, block.size}, stream, block.also_used_on);
   // A loop that only ever reuses its own frees never reaches the slow path,
   // which retires batches: retire them here before events pile up.
-  if (MEMLAKE_UNLIKELY(scheduler_.closed_batches() > kMaxClosedBatches))
+  if (MEMLAKE_UNLIKELY(scheduler_.closed_batches() > kMaxClosedBatches)) {
+    ScopedNanos timed(stats_.slow_path_ns);
     scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  }
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();

@@ -46,7 +46,7 @@
   X(fences,                  counter, "times all pending frees were made free for every stream")\
   X(own_releases,            counter, "times a stream's pending frees were made free before mapping")\
   X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \
-  X(slow_path_ns,            counter, "host ns in allocations the same-stream cache missed")  \
+  X(slow_path_ns,            counter, "host ns in allocations the same-stream cache missed and in frees that retired batches")\
   X(lock_waits,              counter, "malloc/free calls that waited for the allocator's lock")\
   X(lock_wait_ns,            counter, "host ns malloc/free waited for the allocator's lock")   \
   X(critical_path_vmm_ns,    counter, "host ns of VMM calls made inside malloc/free")          \
