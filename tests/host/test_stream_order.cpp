@@ -50,6 +50,22 @@ struct CheckThenWrite {
   }
 };
 
+// Queues on `s` a check that `n` bytes at `q` hold the gated job's tag, then
+// a write of `tag`; opens the gate and drains `s`. True if the check saw the
+// job's bytes: `s` ran after the job.
+bool ran_after_gate(Allocator& a, GatedWrite& gate, void* q, std::size_t n, Stream s,
+                    unsigned char tag) {
+  CheckThenWrite check;
+  check.block = q;
+  check.size = n;
+  check.expect = gate.tag;
+  check.tag = tag;
+  if (a.backend().launch_host_func(s, &CheckThenWrite::run, &check) != Status::ok) return false;
+  gate.open = true;
+  a.backend().stream_synchronize(s);
+  return check.saw_expected.load();
+}
+
 std::unique_ptr<Allocator> make(bool cross_stream_wait) {
   Config c;
   c.cross_stream_wait = cross_stream_wait;
@@ -98,15 +114,7 @@ TEST(StreamOrder, CrossStreamHandoverMakesTheNewStreamWait) {
   EXPECT_EQ(q, p);
   EXPECT_EQ(a->stats().cross_stream_waits.current - s0.cross_stream_waits.current, 1);
   // B's work runs only after A's: it sees A's bytes, then writes its own.
-  CheckThenWrite check;
-  check.block = q;
-  check.size = 64 * MiB;
-  check.expect = 0x5A;
-  check.tag = 0x33;
-  ASSERT_EQ(a->backend().launch_host_func(sb, &CheckThenWrite::run, &check), Status::ok);
-  job.open = true;
-  a->backend().stream_synchronize(sb);
-  EXPECT_TRUE(check.saw_expected.load()) << "B's work ran before A's finished";
+  EXPECT_TRUE(ran_after_gate(*a, job, q, 64 * MiB, sb, 0x33)) << "B's work ran before A's finished";
   EXPECT_EQ(static_cast<unsigned char*>(q)[64 * MiB - 1], 0x33);
   a->deallocate(q, 64 * MiB, sb);
   EXPECT_EQ(a->stats().host_waits.current, 0);
@@ -217,15 +225,8 @@ TEST(StreamOrder, OwnPendingFreesServeTheStreamAndOthersWaitForThem) {
   EXPECT_LE(theirs + 8 * MiB, p + 16 * MiB);
   EXPECT_EQ(a->stats().cross_stream_waits.current - s1.cross_stream_waits.current, 1);
   EXPECT_EQ(a->stats().reserved_bytes.current, s0.reserved_bytes.current);
-  CheckThenWrite check;
-  check.block = theirs;
-  check.size = 8 * MiB;
-  check.expect = 0x5A;
-  check.tag = 0x42;
-  ASSERT_EQ(a->backend().launch_host_func(sb, &CheckThenWrite::run, &check), Status::ok);
-  job.open = true;
-  a->backend().stream_synchronize(sb);
-  EXPECT_TRUE(check.saw_expected.load()) << "B's job ran before A's had finished";
+  EXPECT_TRUE(ran_after_gate(*a, job, theirs, 8 * MiB, sb, 0x42))
+      << "B's job ran before A's had finished";
   a->backend().stream_synchronize(sa);
   a->deallocate(mine, 6 * MiB, sa);
   a->deallocate(theirs, 8 * MiB, sb);

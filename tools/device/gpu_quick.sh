@@ -25,15 +25,7 @@ TRACES=${MEMLAKE_TRACES:-.traces}
 [[ -d $TRACES ]] || TRACES=../shared/traces
 
 machine
-GENERATOR=()
-command -v ninja >/dev/null && GENERATOR=(-G Ninja)
-step configure 120 "$OUT/quick-build.log" cmake -S . -B "$BUILD" "${GENERATOR[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-  step build 240 "$OUT/quick-build.log" cmake --build "$BUILD" -j "$(nproc)" --target \
-    memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared || {
-  tail -n 30 "$OUT/quick-build.log" | tee -a "$SUMMARY"
-  exit 1
-}
+build "$BUILD" "$OUT/quick-build.log" memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared
 
 step cuda-tests 120 "$OUT/cuda-tests.log" "$BUILD/tests/memlake_cuda_tests"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cuda-tests.log" | tee -a "$SUMMARY"

@@ -45,3 +45,18 @@ machine() {
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(git status --short 2>/dev/null | wc -l) changed files"
   } | tee -a "$SUMMARY"
 }
+
+# build BUILD LOG TARGET...: configures (Release, Hopper, ninja when there is
+# one) and builds the targets; on failure prints the log's end and exits.
+build() {
+  local dir=$1 log=$2
+  shift 2
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  step configure 120 "$log" cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    step build 240 "$log" cmake --build "$dir" -j "$(nproc)" --target "$@" || {
+    tail -n 30 "$log" | tee -a "$SUMMARY"
+    exit 1
+  }
+}
