@@ -134,8 +134,17 @@ void StreamScheduler::wait_on_fences(StreamHandle stream) {
 }
 
 void StreamScheduler::drop_completed_fences() {
+  // Events recorded on one stream complete in the order they were recorded,
+  // so once a stream's fence is not complete, its later ones are not either:
+  // each call queries about one fence per stream, however many a GPU that
+  // runs behind has in flight (every slow-path call asks).
+  std::vector<StreamHandle> behind;
   std::erase_if(fences_, [&](const Fence& f) {
-    if (backend_.event_query(f.event) == Status::not_ready) return false;
+    if (std::find(behind.begin(), behind.end(), f.source) != behind.end()) return false;
+    if (backend_.event_query(f.event) == Status::not_ready) {
+      behind.push_back(f.source);
+      return false;
+    }
     event_pool_.push_back(f.event);
     return true;
   });
