@@ -239,9 +239,9 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end());
   Allocation a = it->second;
+  const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
   if (fence != 0) {
-    const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
     for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
       std::uint64_t& f = chunks_[ids[a.first_chunk + i]].fence;
       f = std::max(f, fence);
@@ -252,7 +252,6 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence) {
   count_size(a.size, -1);
   if (borrows(a)) pin(a.segment, &Segment::borrowed, false);
   // Unclaiming chunks changes ownership only; the segment stays mapped.
-  const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   free_piece(a.piece);
   for (std::uint32_t i = 1; i < a.chunk_count; ++i)
     free_piece(chunks_[ids[a.first_chunk + i]].pieces);

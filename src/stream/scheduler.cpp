@@ -93,17 +93,17 @@ bool StreamScheduler::fenceable(const Pending* p) const {
                      [&](StreamHandle s) { return streams_.count(s) != 0; });
 }
 
-std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources) {
+std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources, bool wait_now) {
   drop_completed_fences();
   const std::uint64_t id = ++last_fence_;
   for (StreamHandle source : sources) {
     EventHandle e = acquire_event();
     record(e, source);
-    for (auto& [stream, st] : streams_)
-      if (stream != source) wait(stream, e);
-    fences_.push_back({id, e, source, true, {}});
+    if (wait_now)
+      for (auto& [stream, st] : streams_)
+        if (stream != source) wait(stream, e);
+    fences_.push_back({id, e, source, wait_now, {}});
   }
-  ++stats_.fences.current;
   return id;
 }
 

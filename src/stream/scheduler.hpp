@@ -134,7 +134,14 @@ class StreamScheduler {
   bool fence_sources(std::vector<StreamHandle>* out);
   // All its streams are streams of this scheduler (not destroyed since).
   bool fenceable(const Pending* p) const;
-  std::uint64_t fence(const std::vector<StreamHandle>& sources);
+  // Each source records an event after its work so far, under one new fence
+  // id; with `wait_now` every other stream waits on it at once, else only
+  // those later given memory freed under it (wait_for_fences).
+  std::uint64_t fence(const std::vector<StreamHandle>& sources, bool wait_now);
+  // Hands every untaken block pending on `st` to `release` under fence `id`;
+  // each stays in its batch, deleted when that retires, as a taken block is.
+  template <class Release>
+  std::size_t release_untaken(StreamState& st, std::uint64_t id, Release& release);
   void wait_on_fences(StreamHandle stream);
   void drop_completed_fences();
 
@@ -215,19 +222,19 @@ std::size_t StreamScheduler::release_own(StreamHandle stream, Release&& release)
   if (backend_.stream_is_capturing(stream, &capturing) != Status::ok || capturing) return 0;
   StreamState& st = it->second;
   close_batch(stream, st);
-  drop_completed_fences();
-  const std::uint64_t id = ++last_fence_;
-  EventHandle e = acquire_event();
-  record(e, stream);
-  fences_.push_back({id, e, stream, false, {}});
-  std::size_t released = 0;
+  const std::uint64_t id = fence({stream}, /*wait_now=*/false);
+  ++stats_.own_releases.current;
+  return release_untaken(st, id, release);
+}
+
+template <class Release>
+std::size_t StreamScheduler::release_untaken(StreamState& st, std::uint64_t id, Release& release) {
+  const std::size_t released = st.by_size.size();
   for (auto& [size, p] : st.by_size) {
     p->indexed = false;
     release(take_pending(p), id);
-    ++released;
   }
   st.by_size.clear();
-  ++stats_.own_releases.current;
   return released;
 }
 
@@ -236,18 +243,10 @@ std::size_t StreamScheduler::fence_all(Release&& release) {
   std::vector<StreamHandle> sources;
   if (pending_count_ == 0 || !fence_sources(&sources)) return 0;
   close_open_batches();
-  const std::uint64_t id = fence(sources);
+  const std::uint64_t id = fence(sources, /*wait_now=*/true);
+  ++stats_.fences.current;
   std::size_t released = 0;
-  for (auto& [stream, st] : streams_) {
-    // Each stays in its (now closed) batch, deleted when that retires, as a
-    // taken block is.
-    for (auto& [size, p] : st.by_size) {
-      p->indexed = false;
-      release(take_pending(p), id);
-      ++released;
-    }
-    st.by_size.clear();
-  }
+  for (auto& [stream, st] : streams_) released += release_untaken(st, id, release);
   // record_stream blocks whose streams are all alive and fenced.
   std::erase_if(tagged_, [&](Pending* p) {
     if (!fenceable(p)) return false;
