@@ -21,6 +21,7 @@
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/sharing.hpp"
+#include "node_pool.hpp"
 #include "observers.hpp"
 #include "request_history.hpp"
 #include "stream/scheduler.hpp"
@@ -87,7 +88,12 @@ class AllocatorImpl {
   std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
   lake::Lake lake_;
   StreamScheduler scheduler_;
-  std::unordered_map<DevicePtr, LiveBlock> live_;
+  NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free
+  using LiveMap =
+      std::unordered_map<DevicePtr, LiveBlock, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
+                         PoolAllocator<std::pair<const DevicePtr, LiveBlock>>>;
+  LiveMap live_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
+                LiveMap::allocator_type(&live_nodes_)};
   RequestHistory history_;  // where in a repeated step a request comes
   MappingWorker worker_;    // last: stopped before the lake goes
 };

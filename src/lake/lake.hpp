@@ -26,10 +26,11 @@
 
 #include "backend/backend.hpp"
 #include "lake/free_chunk_set.hpp"
-#include "lake/node_pool.hpp"
+#include "lake/run_index.hpp"
 #include "lake/types.hpp"
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
+#include "node_pool.hpp"
 #include "observers.hpp"
 #include "stat_update.hpp"
 
@@ -313,14 +314,7 @@ class Lake {
   PoolSet<AgeKey> unpinned_by_age_{PoolAllocator<AgeKey>(&pool_)};  // !pinned(), LRU order
   using BaseEntry = std::pair<const DevicePtr, SegmentId>;
   PoolMap<DevicePtr, SegmentId> segment_at_{PoolAllocator<BaseEntry>(&pool_)};  // by base address
-  struct RunKey {
-    std::size_t bytes;
-    SegmentId segment;
-    std::uint32_t start;
-    auto operator<=>(const RunKey&) const = default;
-  };
-  // Every indexed segment's runs of free chunks, by size.
-  PoolSet<RunKey> free_runs_{PoolAllocator<RunKey>(&pool_)};
+  RunIndex free_runs_;  // every indexed segment's runs of free chunks, by size
   std::unordered_map<DevicePtr, Allocation, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
                      PoolAllocator<std::pair<const DevicePtr, Allocation>>>
       allocations_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},

@@ -143,7 +143,6 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
   }
   Segment& seg = segments_[id];
   seg = Segment{};
-  seg.runs = SlotRuns(PoolAllocator<SlotRuns::value_type>(&pool_));
   seg.va = va;
   seg.size = total;
   seg.va_size = va_size;
@@ -258,7 +257,7 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
   assert(!seg.pinned());
   unpinned_by_age_.erase({seg.last_used, id});
   if (seg.busy == 0) idle_erase(id);
-  while (!seg.runs.empty()) run_erase(id, seg.runs.begin());
+  while (!seg.runs.empty()) run_erase(id, std::prev(seg.runs.end()));
   Zombie z{seg.va, seg.va_size, {}};
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
     z.mapped.emplace_back(seg.va + seg.offsets[i], chunks_[seg.chunks[i]].size);
@@ -418,7 +417,7 @@ void Lake::run_erase(SegmentId s, SlotRuns::iterator it) {
 
 void Lake::unindex(SegmentId s) {
   Segment& seg = segments_[s];
-  while (!seg.runs.empty()) run_erase(s, seg.runs.begin());
+  while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
   seg.indexed = false;
 }
 

@@ -39,7 +39,8 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "lake/node_pool.hpp"
+#include "lake/slot_runs.hpp"
+#include "node_pool.hpp"
 
 namespace memlake::lake {
 
@@ -79,10 +80,6 @@ struct Chunk {
   // queued before that fence may still use it, so a stream given it waits.
   std::uint64_t fence = 0;
 };
-
-// First slot -> number of slots; nodes from the lake's pool once it gives one.
-using SlotRuns = std::map<std::uint32_t, std::uint32_t, std::less<std::uint32_t>,
-                          PoolAllocator<std::pair<const std::uint32_t, std::uint32_t>>>;
 
 struct Segment {
   DevicePtr va = 0;

@@ -16,14 +16,14 @@ StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t fre
       free_batch_bytes_(free_batch_bytes) {}
 
 StreamScheduler::~StreamScheduler() {
-  auto drop = [](StreamState& st) {
-    for (Pending* p : st.open) delete p;
+  auto drop = [this](StreamState& st) {
+    for (Pending* p : st.open) delete_pending(p);
     for (Batch& b : st.closed)
-      for (Pending* p : b.blocks) delete p;
+      for (Pending* p : b.blocks) delete_pending(p);
   };
   for (auto& [stream, st] : streams_) drop(st);
   for (StreamState& st : retired_) drop(st);
-  for (Pending* p : tagged_) delete p;
+  for (Pending* p : tagged_) delete_pending(p);
   for (EventHandle e : all_events_) backend_.event_destroy(e);
 }
 
@@ -63,7 +63,7 @@ bool StreamScheduler::known_stream(StreamHandle stream) {
   // Memory fenced before this stream was seen may still be in use by work
   // queued on the fenced streams.
   if (!fences_.empty()) wait_on_fences(stream);
-  streams_.emplace(stream, StreamState{});
+  streams_.emplace(stream, new_stream_state());
   return true;
 }
 
@@ -165,9 +165,11 @@ void StreamScheduler::forget_stream(StreamHandle stream) {
 
 void StreamScheduler::defer(Block block, StreamHandle stream,
                             const std::vector<StreamHandle>& also_used_on) {
-  auto* p = new Pending{block, stream, {}, nullptr, false};
+  Pending* p = new_pending(block, stream);
   if (also_used_on.empty()) {
-    StreamState& st = streams_[stream];
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) it = streams_.emplace(stream, new_stream_state()).first;
+    StreamState& st = it->second;
     st.open.push_back(p);
     st.by_size.emplace(block.size, p);
     p->indexed = true;
@@ -191,7 +193,7 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
     } catch (...) {
       p->events.pop_back();
       for (EventHandle e : p->events) event_pool_.push_back(e);
-      delete p;
+      delete_pending(p);
       throw;
     }
     tagged_.push_back(p);
@@ -238,7 +240,7 @@ void StreamScheduler::finish(Pending* p) {
   pending_bytes_ -= p->block.size;
   stats_.pending_free_bytes.current = static_cast<std::int64_t>(pending_bytes_);
   for (EventHandle e : p->events) event_pool_.push_back(e);
-  delete p;
+  delete_pending(p);
 }
 
 bool StreamScheduler::events_complete(Pending* p) {
@@ -248,8 +250,7 @@ bool StreamScheduler::events_complete(Pending* p) {
   return true;
 }
 
-StreamScheduler::Block StreamScheduler::take(std::multimap<std::size_t, Pending*>& by_size,
-                                             std::multimap<std::size_t, Pending*>::iterator it) {
+StreamScheduler::Block StreamScheduler::take(BySize& by_size, BySize::iterator it) {
   Pending* p = it->second;
   by_size.erase(it);
   p->indexed = false;
@@ -281,7 +282,7 @@ bool StreamScheduler::take_same_stream(StreamHandle stream, std::size_t min_size
 bool StreamScheduler::take_smallest(StreamHandle stream, std::size_t min_size, Block* out) {
   StreamHandle best_stream = nullptr;
   StreamState* best = nullptr;
-  std::multimap<std::size_t, Pending*>::iterator best_it;
+  BySize::iterator best_it;
   for (auto& [other, st] : streams_) {
     auto it = st.by_size.lower_bound(min_size);
     if (it == st.by_size.end()) continue;

@@ -21,6 +21,7 @@
 
 #include "backend/backend.hpp"
 #include "memlake/stats.hpp"
+#include "node_pool.hpp"
 
 namespace memlake {
 
@@ -110,21 +111,30 @@ class StreamScheduler {
     EventHandle event = nullptr;
     std::vector<Pending*> blocks;
   };
+  using BySize = std::multimap<std::size_t, Pending*, std::less<std::size_t>,
+                               PoolAllocator<std::pair<const std::size_t, Pending*>>>;
   struct StreamState {
     std::vector<Pending*> open;
     std::size_t open_bytes = 0;  // of the open batch
     std::deque<Batch> closed;
-    std::multimap<std::size_t, Pending*> by_size;  // reusable on this stream
+    BySize by_size;  // reusable on this stream
   };
 
+  StreamState new_stream_state() { return {{}, 0, {}, BySize(BySizeAllocator(&pool_))}; }
+  Pending* new_pending(const Block& block, StreamHandle stream) {
+    return new (pool_.get(sizeof(Pending))) Pending{block, stream, {}, nullptr, false};
+  }
+  void delete_pending(Pending* p) {
+    p->~Pending();
+    pool_.put(p, sizeof(Pending));
+  }
   EventHandle acquire_event();
   void record(EventHandle event, StreamHandle stream);
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
   void unindex(Pending* p);
-  Block take(std::multimap<std::size_t, Pending*>& by_size,
-             std::multimap<std::size_t, Pending*>::iterator it);
+  Block take(BySize& by_size, BySize::iterator it);
   // Marks an unindexed block taken (its Pending stays in its batch).
   Block take_pending(Pending* p);
   void finish(Pending* p);
@@ -149,10 +159,16 @@ class StreamScheduler {
   Stats& stats_;
   std::size_t free_batch_;
   std::size_t free_batch_bytes_;
+  NodePool pool_;  // before every container that draws from it
+  using BySizeAllocator = PoolAllocator<std::pair<const std::size_t, Pending*>>;
   std::unordered_map<StreamHandle, StreamState> streams_;
   std::vector<StreamState> retired_;  // forgotten streams with batches in flight
   std::vector<Pending*> tagged_;      // blocks with record_stream events
-  std::unordered_map<DevicePtr, Pending*> where_;
+  using Where =
+      std::unordered_map<DevicePtr, Pending*, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
+                         PoolAllocator<std::pair<const DevicePtr, Pending*>>>;
+  Where where_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
+               Where::allocator_type(&pool_)};
   std::vector<EventHandle> event_pool_;
   std::vector<EventHandle> all_events_;
   struct Fence {
@@ -187,7 +203,7 @@ std::size_t StreamScheduler::harvest(Release&& release) {
       // no longer be waited for, so treat the batch as complete.
       for (Pending* p : batch.blocks) {
         if (p->taken) {
-          delete p;
+          delete_pending(p);
           continue;
         }
         unindex(p);

@@ -1,9 +1,10 @@
-// Recycles the small fixed-size nodes of the lake's trees, hash maps and
-// piece lists. They come and go by the thousand per large allocation (a
-// 150 MB block claims 75 chunks, each a tree node or two); through the
-// general-purpose heap that was a fifth of the allocation path's
+// Recycles small fixed-size nodes: the lake's trees, hash maps and piece
+// lists, the scheduler's pending frees and the allocator's live blocks. They
+// come and go by the thousand per large allocation (a 150 MB block claims 75
+// chunks, each a tree node or two) and one or more per malloc and free;
+// through the general-purpose heap that was a fifth of the allocation path's
 // instructions (callgrind, memlake-replay on a recorded GPT-2 training run).
-// Not thread-safe: the lake runs under the allocator's lock.
+// Not thread-safe: its users run under the allocator's lock.
 #pragma once
 
 #include <array>
@@ -12,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace memlake::lake {
+namespace memlake {
 
 class NodePool {
  public:
@@ -102,4 +103,4 @@ class PoolAllocator {
   NodePool* pool_ = nullptr;
 };
 
-}  // namespace memlake::lake
+}  // namespace memlake
