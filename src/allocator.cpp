@@ -263,6 +263,11 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   // stream drains it): nothing to wait for there.
   std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
   scheduler_.defer({key, block.size}, stream, block.also_used_on);
+  if (config_.retire_per_free != 0 && scheduler_.closed_batches() != 0) {
+    ScopedNanos timed(stats_.slow_path_ns);
+    scheduler_.retire_some(stream, config_.retire_per_free,
+                           [this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  }
   // A loop that only ever reuses its own frees never reaches the slow path,
   // which retires batches: retire them here before events pile up.
   if (MEMLAKE_UNLIKELY(scheduler_.closed_batches() > kMaxClosedBatches)) {

@@ -19,7 +19,7 @@ StreamScheduler::~StreamScheduler() {
   auto drop = [this](StreamState& st) {
     for (Pending* p : st.open) delete_pending(p);
     for (Batch& b : st.closed)
-      for (Pending* p : b.blocks) delete_pending(p);
+      for (std::size_t i = b.done; i < b.blocks.size(); ++i) delete_pending(b.blocks[i]);
   };
   for (auto& [stream, st] : streams_) drop(st);
   for (StreamState& st : retired_) drop(st);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <string>
@@ -85,6 +86,11 @@ class StreamScheduler {
   // number of blocks released.
   template <class Release>
   std::size_t harvest(Release&& release);
+  // The same for at most `limit` blocks of `stream`'s oldest batches, with
+  // at most one event query: a free does a bounded share of the retiring,
+  // so that the next allocation does not find all of it at once.
+  template <class Release>
+  std::size_t retire_some(StreamHandle stream, std::size_t limit, Release&& release);
 
   // The stream is valid for this backend (checked once per stream).
   bool known_stream(StreamHandle stream);
@@ -110,6 +116,8 @@ class StreamScheduler {
   struct Batch {
     EventHandle event = nullptr;
     std::vector<Pending*> blocks;
+    std::size_t done = 0;   // blocks before this one are retired
+    bool complete = false;  // its event has completed
   };
   using BySize = std::multimap<std::size_t, Pending*, std::less<std::size_t>,
                                PoolAllocator<std::pair<const std::size_t, Pending*>>>;
@@ -153,6 +161,11 @@ class StreamScheduler {
   template <class Release>
   std::size_t release_untaken(StreamState& st, std::uint64_t id, Release& release);
   void wait_on_fences(StreamHandle stream);
+  // Retires `st`'s closed batches oldest first while their events have
+  // completed, at most `limit` blocks and `queries` event queries.
+  template <class Release>
+  std::size_t retire_batches(StreamState& st, std::size_t limit, std::size_t queries,
+                             Release& release);
   void drop_completed_fences();
 
   Backend& backend_;
@@ -186,48 +199,67 @@ class StreamScheduler {
 };
 
 template <class Release>
-std::size_t StreamScheduler::harvest(Release&& release) {
+std::size_t StreamScheduler::retire_batches(StreamState& st, std::size_t limit, std::size_t queries,
+                                            Release& release) {
   std::size_t released = 0;
-  auto finish_and_release = [&](Pending* p) {
-    Block b = p->block;
-    finish(p);
-    release(b);
-    ++released;
-  };
-  auto retire = [&](StreamState& st) {
-    while (!st.closed.empty()) {
-      Batch& batch = st.closed.front();
-      Status s = backend_.event_query(batch.event);
-      if (s == Status::not_ready) break;
+  while (!st.closed.empty()) {
+    Batch& batch = st.closed.front();
+    if (!batch.complete) {
+      if (queries-- == 0) break;
       // An error here means the event (or its stream) is gone; its work can
       // no longer be waited for, so treat the batch as complete.
-      for (Pending* p : batch.blocks) {
-        if (p->taken) {
-          delete_pending(p);
-          continue;
-        }
-        unindex(p);
-        finish_and_release(p);
-      }
-      event_pool_.push_back(batch.event);
-      st.closed.pop_front();
-      --closed_count_;
+      if (backend_.event_query(batch.event) == Status::not_ready) break;
+      batch.complete = true;
     }
-  };
-  for (auto& [stream, st] : streams_) retire(st);
-  for (StreamState& st : retired_) retire(st);
+    for (; batch.done < batch.blocks.size(); ++batch.done) {
+      Pending* p = batch.blocks[batch.done];
+      if (p->taken) {
+        delete_pending(p);
+        continue;
+      }
+      if (released == limit) return released;
+      unindex(p);
+      const Block b = p->block;
+      finish(p);
+      release(b);
+      ++released;
+    }
+    event_pool_.push_back(batch.event);
+    st.closed.pop_front();
+    --closed_count_;
+  }
+  return released;
+}
+
+template <class Release>
+std::size_t StreamScheduler::harvest(Release&& release) {
+  constexpr std::size_t kAll = SIZE_MAX;
+  std::size_t released = 0;
+  for (auto& [stream, st] : streams_) released += retire_batches(st, kAll, kAll, release);
+  for (StreamState& st : retired_) released += retire_batches(st, kAll, kAll, release);
   std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
   for (std::size_t i = 0; i < tagged_.size();) {
     Pending* p = tagged_[i];
     if (events_complete(p)) {
       tagged_[i] = tagged_.back();
       tagged_.pop_back();
-      finish_and_release(p);
+      const Block b = p->block;
+      finish(p);
+      release(b);
+      ++released;
     } else {
       ++i;
     }
   }
   return released;
+}
+
+template <class Release>
+std::size_t StreamScheduler::retire_some(StreamHandle stream, std::size_t limit,
+                                         Release&& release) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return 0;
+  return retire_batches(it->second, limit, /*queries=*/1, release);
 }
 
 template <class Release>

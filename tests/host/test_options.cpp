@@ -40,6 +40,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "fence",
                                         "free_batch",
                                         "free_batch_bytes",
+                                        "retire_per_free",
                                         "lazy_batches",
                                         "worker",
                                         "reserve",
@@ -52,7 +53,7 @@ const std::string kKnown =
     "host_simulate_latency, "
     "small_max, max_chunk, large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, "
     "max_stitch_chunks, cross_stream_wait, fence, "
-    "free_batch, free_batch_bytes, lazy_batches, worker, reserve, shareable, record, on_misuse";
+    "free_batch, free_batch_bytes, retire_per_free, lazy_batches, worker, reserve, shareable, record, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)
@@ -131,6 +132,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.reserve, b.reserve);
   EXPECT_EQ(a.shareable, b.shareable);
   EXPECT_EQ(a.free_batch_bytes, b.free_batch_bytes);
+  EXPECT_EQ(a.retire_per_free, b.retire_per_free);
 }
 
 TEST(Options, EveryKeyParses) {

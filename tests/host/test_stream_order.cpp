@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/host/host_backend.hpp"
@@ -352,6 +353,55 @@ void lazy_batches_case(bool lazy) {
   a.deallocate(again, 60 * MiB, s);
   EXPECT_EQ(a.check_invariants(), "");
   a.destroy_stream(s);
+}
+
+// Frees retire completed frees of their stream a few at a time (the
+// retire_per_free option), so the next allocation does not find a whole
+// step's frees to hand to the lake; blocks whose work is still queued stay
+// pending.
+std::int64_t pending_after_frees(std::size_t retire_per_free, bool gated) {
+  Config c;
+  c.capacity = 64 * MiB;
+  c.free_batch = 4;
+  c.retire_per_free = retire_per_free;
+  HostBackendOptions o;
+  o.capacity = 64 * MiB;
+  Allocator a(c, std::make_unique<HostBackend>(o));
+  Stream s = a.create_stream();
+  constexpr int kBlocks = 24;  // six batches: under the count that retires them all
+  std::vector<void*> blocks;
+  for (int i = 0; i < kBlocks; ++i) blocks.push_back(a.allocate(MiB, s));
+  GatedWrite job;
+  job.block = blocks.front();
+  job.size = MiB;
+  job.tag = 0x5A;
+  if (gated) {
+    EXPECT_EQ(a.backend().launch_host_func(s, &GatedWrite::run, &job), Status::ok);
+  }
+  for (void* p : blocks) a.deallocate(p, MiB, s);
+  const std::int64_t pending = a.stats().pending_free_bytes.current;
+  EXPECT_EQ(a.check_invariants(), "");
+  job.open = true;
+  a.backend().stream_synchronize(s);
+  if (gated) {
+    EXPECT_EQ(static_cast<unsigned char*>(blocks.front())[0], 0x5A);
+  }
+  a.process_pending_frees();
+  EXPECT_EQ(a.stats().pending_free_bytes.current, 0);
+  EXPECT_EQ(a.stats().host_waits.current, 0);
+  a.destroy_stream(s);
+  return pending;
+}
+
+TEST(StreamOrder, FreesRetireTheirStreamsCompletedFreesAFewAtATime) {
+  // Four frees per batch, two retired per free: at most the last batch stays.
+  EXPECT_LE(pending_after_frees(/*retire_per_free=*/2, /*gated=*/false),
+            static_cast<std::int64_t>(4 * MiB));
+  EXPECT_EQ(pending_after_frees(/*retire_per_free=*/0, /*gated=*/false),
+            static_cast<std::int64_t>(24 * MiB));
+  // Work queued before the frees still runs: nothing of theirs is retired.
+  EXPECT_EQ(pending_after_frees(/*retire_per_free=*/2, /*gated=*/true),
+            static_cast<std::int64_t>(24 * MiB));
 }
 
 TEST(StreamOrder, LazyBatchesRecordNoEventWhileMappedFreeMemoryServes) {
