@@ -90,16 +90,19 @@ struct Config {
   // streams, scale 1: utilization 0.766 off, 0.964-0.971 on.
   bool fence = true;
   // Frees recorded on one stream share one event per batch.
-  std::size_t free_batch = 4;
+  std::size_t free_batch = 32;
   // Each free hands at most this many completed frees of its stream's oldest
-  // batches to the lake (one event query at most), so that the retiring is
-  // spread over the frees instead of falling on the next allocation all at
-  // once: a step's frees complete together, and one allocation in a hundred
-  // retired dozens of blocks (tens of microseconds). With free_batch 4 and 2
-  // here, allocate p99 after warm-up on the host replays fell from 4-18 us to
-  // 1.3-8.6 us, free p99 rose from 0.2-0.6 us to 1.4-6 us, same peaks.
-  // 0: only allocations retire frees.
-  std::size_t retire_per_free = 2;
+  // batches to the lake (one event query at most), spreading the retiring
+  // over the frees instead of leaving it to the next allocation: a step's
+  // frees complete together, and then one allocation in a hundred retires
+  // dozens of blocks (tens of microseconds). With free_batch 4 and 2 here,
+  // allocate p99 after warm-up on the H200 replays fell from 8.5-44 us to
+  // 3.7-10 us (free p99 0.3 -> 3-10 us), but on fixed-shape GPT-2 and
+  // Llama-LoRA training the layout no longer settled: which frees had
+  // reached the lake when a request came now followed the GPU's timing, and
+  // steps kept stitching (170-300 VMM calls every other step, slow path
+  // 1.6x). Off by default: steady training first.
+  std::size_t retire_per_free = 0;
   // A batch of frees stays open (no event recorded) until a request finds
   // nothing mapped and free without it: its blocks are first taken back by
   // same-size requests on their stream, and the slow path records no event.
