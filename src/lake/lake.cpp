@@ -11,7 +11,11 @@
 namespace memlake::lake {
 
 Lake::Lake(Backend& backend, const LakeOptions& options, Stats& stats, ObserverList& observers)
-    : backend_(backend), options_(options), stats_(stats), observers_(observers) {}
+    : backend_(backend),
+      options_(options),
+      stats_(stats),
+      observers_(observers),
+      free_runs_(options.granularity) {}
 
 Lake::~Lake() {
   // Live allocations at destruction are the caller's leak; their memory goes

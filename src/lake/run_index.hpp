@@ -1,22 +1,21 @@
 // The lake's index of free runs (every indexed segment's runs of free
 // chunks), ordered by (bytes, segment, start slot) like a std::set of those
-// keys, stored as one sorted array of (segment, start) per distinct length.
-// Runs are whole chunks, so their lengths are few (multiples of the
-// granularity) while the runs are many; each claim and free of a block
-// updates the index once per segment mapping its chunks, and a tree node per
-// run made that a fifth of the allocation path's instructions. Lookups and
-// walks see the same runs in the same order as the set did. A length's
-// array stays when it empties (lengths come back, and reallocating it was a
-// tenth of the index's cost); walks step over empty ones.
+// keys, stored as one sorted array per length in units of the granularity,
+// with a bitmap of the lengths that hold runs. Runs are whole chunks, so
+// their lengths are few (multiples of the granularity) while the runs are
+// many; each claim and free of a block updates the index once per segment
+// mapping its chunks, and a tree node per run made that a fifth of the
+// allocation path's instructions. Lookups and walks see the same runs in the
+// same order as the set did. A length's array stays when it empties; walks
+// step over empty ones with the bitmap.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <map>
-#include <utility>
 #include <vector>
 
 #include "lake/types.hpp"
@@ -31,10 +30,13 @@ struct RunKey {
 };
 
 class RunIndex {
-  using Place = std::pair<SegmentId, std::uint32_t>;  // (segment, start), sorted
-  using Buckets = std::map<std::size_t, std::vector<Place>>;
+  static constexpr std::size_t kNoBucket = SIZE_MAX;
 
  public:
+  // `unit`: bytes per length step (the granularity); any run length works,
+  // lengths within one step share an array.
+  explicit RunIndex(std::size_t unit = 1) : unit_(unit == 0 ? 1 : unit) {}
+
   class const_iterator {
    public:
     using iterator_category = std::bidirectional_iterator_tag;
@@ -44,105 +46,107 @@ class RunIndex {
     using reference = const RunKey&;
 
     const_iterator() = default;
-    reference operator*() const { return key_; }
-    pointer operator->() const { return &key_; }
+    reference operator*() const { return index_->buckets_[bucket_][at_]; }
+    pointer operator->() const { return &**this; }
     const_iterator& operator++() {
-      if (++at_ == bucket_->second.size()) {
-        bucket_ = RunIndex::first_filled(std::next(bucket_), end_);
+      if (++at_ == index_->buckets_[bucket_].size()) {
+        bucket_ = index_->filled_from(bucket_ + 1);
         at_ = 0;
       }
-      load();
       return *this;
     }
     // Not past begin(), as for the standard containers.
     const_iterator& operator--() {
-      if (at_ == 0) {
-        do --bucket_;
-        while (bucket_->second.empty());
-        at_ = bucket_->second.size();
+      if (bucket_ == kNoBucket || at_ == 0) {
+        bucket_ = index_->filled_before(bucket_ == kNoBucket ? index_->buckets_.size() : bucket_);
+        at_ = index_->buckets_[bucket_].size();
       }
       --at_;
-      load();
       return *this;
     }
     bool operator==(const const_iterator& o) const { return bucket_ == o.bucket_ && at_ == o.at_; }
 
    private:
     friend class RunIndex;
-    const_iterator(Buckets::const_iterator bucket, Buckets::const_iterator end, std::size_t at)
-        : bucket_(bucket), end_(end), at_(at) {
-      load();
-    }
-    void load() {
-      if (bucket_ == end_) return;
-      const Place& p = bucket_->second[at_];
-      key_ = {bucket_->first, p.first, p.second};
-    }
-    Buckets::const_iterator bucket_, end_;
+    const_iterator(const RunIndex* index, std::size_t bucket, std::size_t at)
+        : index_(index), bucket_(bucket), at_(at) {}
+    const RunIndex* index_ = nullptr;
+    std::size_t bucket_ = kNoBucket;  // kNoBucket: end()
     std::size_t at_ = 0;
-    RunKey key_{0, 0, 0};
   };
 
   bool empty() const { return count_ == 0; }
   std::size_t size() const { return count_; }
-  const_iterator begin() const {
-    return {first_filled(buckets_.begin(), buckets_.end()), buckets_.end(), 0};
-  }
-  const_iterator end() const { return {buckets_.end(), buckets_.end(), 0}; }
+  const_iterator begin() const { return {this, filled_from(0), 0}; }
+  const_iterator end() const { return {this, kNoBucket, 0}; }
   std::size_t largest_bytes() const {
-    for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b)
-      if (!b->second.empty()) return b->first;
-    return 0;
+    const std::size_t b = filled_before(buckets_.size());
+    return b == kNoBucket ? 0 : buckets_[b].back().bytes;
   }
 
   void insert(const RunKey& k) {
-    std::vector<Place>& v = buckets_[k.bytes];
-    const Place p{k.segment, k.start};
-    auto it = std::lower_bound(v.begin(), v.end(), p);
-    if (it != v.end() && *it == p) return;
-    v.insert(it, p);
+    const std::size_t b = bucket_of(k.bytes);
+    if (b >= buckets_.size()) {
+      buckets_.resize(b + 1);
+      filled_.resize(b / 64 + 1, 0);
+    }
+    std::vector<RunKey>& v = buckets_[b];
+    auto it = std::lower_bound(v.begin(), v.end(), k);
+    if (it != v.end() && *it == k) return;
+    v.insert(it, k);
+    filled_[b / 64] |= std::uint64_t{1} << (b % 64);
     ++count_;
   }
   void erase(const RunKey& k) {
-    auto b = buckets_.find(k.bytes);
-    if (b == buckets_.end()) return;
-    std::vector<Place>& v = b->second;
-    const Place p{k.segment, k.start};
-    auto it = std::lower_bound(v.begin(), v.end(), p);
-    if (it == v.end() || *it != p) return;
+    const std::size_t b = bucket_of(k.bytes);
+    if (b >= buckets_.size()) return;
+    std::vector<RunKey>& v = buckets_[b];
+    auto it = std::lower_bound(v.begin(), v.end(), k);
+    if (it == v.end() || *it != k) return;
     v.erase(it);
+    if (v.empty()) filled_[b / 64] &= ~(std::uint64_t{1} << (b % 64));
     --count_;
   }
   std::size_t count(const RunKey& k) const {
-    auto b = buckets_.find(k.bytes);
-    if (b == buckets_.end()) return 0;
-    return std::binary_search(b->second.begin(), b->second.end(), Place{k.segment, k.start});
+    const std::size_t b = bucket_of(k.bytes);
+    return b < buckets_.size() && std::binary_search(buckets_[b].begin(), buckets_[b].end(), k);
   }
   // The first run not less than `k`.
   const_iterator lower_bound(const RunKey& k) const {
-    auto b = buckets_.lower_bound(k.bytes);
-    std::size_t at = 0;
-    if (b != buckets_.end() && b->first == k.bytes) {
-      const std::vector<Place>& v = b->second;
-      at = static_cast<std::size_t>(
-          std::lower_bound(v.begin(), v.end(), Place{k.segment, k.start}) - v.begin());
-      if (at == v.size()) {
-        ++b;
-        at = 0;
-      }
-    }
-    if (at == 0) b = first_filled(b, buckets_.end());
-    return {b, buckets_.end(), at};
+    std::size_t b = bucket_of(k.bytes);
+    if (b >= buckets_.size()) return end();
+    const std::vector<RunKey>& v = buckets_[b];
+    const auto at = static_cast<std::size_t>(std::lower_bound(v.begin(), v.end(), k) - v.begin());
+    if (at < v.size()) return {this, b, at};
+    return {this, filled_from(b + 1), 0};
   }
 
  private:
-  static Buckets::const_iterator first_filled(Buckets::const_iterator b,
-                                              Buckets::const_iterator end) {
-    while (b != end && b->second.empty()) ++b;
-    return b;
+  std::size_t bucket_of(std::size_t bytes) const { return bytes / unit_; }
+  // The first length at or after `b` that holds runs, or kNoBucket.
+  std::size_t filled_from(std::size_t b) const {
+    for (std::size_t w = b / 64; w < filled_.size(); ++w) {
+      std::uint64_t word = filled_[w];
+      if (w == b / 64) word &= ~std::uint64_t{0} << (b % 64);
+      if (word != 0) return w * 64 + static_cast<std::size_t>(std::countr_zero(word));
+    }
+    return kNoBucket;
+  }
+  // The last length before `b` that holds runs, or kNoBucket.
+  std::size_t filled_before(std::size_t b) const {
+    if (b == 0) return kNoBucket;
+    const std::size_t last = b - 1;
+    for (std::size_t w = std::min(last / 64 + 1, filled_.size()); w-- > 0;) {
+      std::uint64_t word = filled_[w];
+      if (w == last / 64 && last % 64 != 63) word &= (std::uint64_t{1} << (last % 64 + 1)) - 1;
+      if (word != 0) return w * 64 + 63 - static_cast<std::size_t>(std::countl_zero(word));
+    }
+    return kNoBucket;
   }
 
-  Buckets buckets_;
+  std::size_t unit_;
+  std::vector<std::vector<RunKey>> buckets_;  // by bytes / unit_
+  std::vector<std::uint64_t> filled_;         // bit b: buckets_[b] holds runs
   std::size_t count_ = 0;
 };
 

@@ -25,10 +25,10 @@ std::vector<RunKey> backwards(const RunIndex& s) {
   return out;
 }
 
-TEST(RunIndex, MatchesAnOrderedSetOfKeys) {
+void matches_an_ordered_set(std::size_t unit) {
   std::mt19937 rng(11);
-  const std::size_t lengths[] = {2, 4, 6, 10, 64};
-  RunIndex mine;
+  const std::size_t lengths[] = {2, 4, 6, 10, 64};  // with unit 4: 4 and 6 share a step
+  RunIndex mine(unit);
   std::set<RunKey> ref;
   for (int step = 0; step < 20000; ++step) {
     const RunKey k{lengths[rng() % 5], static_cast<SegmentId>(rng() % 12),
@@ -75,8 +75,15 @@ TEST(RunIndex, MatchesAnOrderedSetOfKeys) {
   EXPECT_EQ(mine.largest_bytes(), 0u);
 }
 
+TEST(RunIndex, MatchesAnOrderedSetOfKeys) {
+  matches_an_ordered_set(1);
+  matches_an_ordered_set(2);
+  matches_an_ordered_set(4);
+  matches_an_ordered_set(128);  // every length in one array
+}
+
 TEST(RunIndex, WalksStepOverLengthsThatEmptied) {
-  RunIndex s;
+  RunIndex s(2);
   s.insert({2, 0, 0});
   s.insert({4, 1, 3});
   s.insert({8, 2, 5});
