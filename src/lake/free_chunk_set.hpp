@@ -5,7 +5,6 @@
 // consolidation visit the same chunks in the same order as before.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -13,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "lake/bit_scan.hpp"
 #include "lake/types.hpp"
 
 namespace memlake::lake {
@@ -151,14 +151,9 @@ class FreeChunkSet {
   }
   // The first set id >= `from` in bucket `b`, or else in the buckets after it.
   const_iterator next_from(Buckets::const_iterator b, std::size_t from) const {
-    for (; b != buckets_.end(); ++b, from = 0) {
-      const std::vector<std::uint64_t>& bits = b->second.words;
-      for (std::size_t w = from / 64; w < bits.size(); ++w) {
-        std::uint64_t word = bits[w];
-        if (w == from / 64) word &= ~std::uint64_t{0} << (from % 64);
-        if (word != 0) return {this, b, static_cast<ChunkId>(w * 64 + std::countr_zero(word))};
-      }
-    }
+    for (; b != buckets_.end(); ++b, from = 0)
+      if (const std::size_t id = first_set_from(b->second.words, from); id != kNoBit)
+        return {this, b, static_cast<ChunkId>(id)};
     return end();
   }
   // The last set id < `before` in bucket `b` (b may be end()), or else in the
@@ -170,16 +165,8 @@ class FreeChunkSet {
       before = b->second.words.size() * 64;
     }
     for (;;) {
-      const std::vector<std::uint64_t>& bits = b->second.words;
-      for (std::size_t w = std::min(before, bits.size() * 64); w-- > 0;) {
-        // w walks bit positions downwards one word at a time.
-        std::uint64_t word = bits[w / 64];
-        const std::size_t top = w % 64;  // highest bit allowed in this word
-        if (top < 63) word &= (std::uint64_t{1} << (top + 1)) - 1;
-        if (word != 0)
-          return {this, b, static_cast<ChunkId>(w / 64 * 64 + 63 - std::countl_zero(word))};
-        w -= top;  // to the last bit of the word below (the loop's w-- steps past it)
-      }
+      if (const std::size_t id = last_set_before(b->second.words, before); id != kNoBit)
+        return {this, b, static_cast<ChunkId>(id)};
       if (b == buckets_.begin()) return end();
       --b;
       before = b->second.words.size() * 64;

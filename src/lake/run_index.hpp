@@ -11,13 +11,13 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <vector>
 
+#include "lake/bit_scan.hpp"
 #include "lake/types.hpp"
 
 namespace memlake::lake {
@@ -30,7 +30,7 @@ struct RunKey {
 };
 
 class RunIndex {
-  static constexpr std::size_t kNoBucket = SIZE_MAX;
+  static constexpr std::size_t kNoBucket = kNoBit;
 
  public:
   // `unit`: bytes per length step (the granularity); any run length works,
@@ -123,26 +123,10 @@ class RunIndex {
 
  private:
   std::size_t bucket_of(std::size_t bytes) const { return bytes / unit_; }
-  // The first length at or after `b` that holds runs, or kNoBucket.
-  std::size_t filled_from(std::size_t b) const {
-    for (std::size_t w = b / 64; w < filled_.size(); ++w) {
-      std::uint64_t word = filled_[w];
-      if (w == b / 64) word &= ~std::uint64_t{0} << (b % 64);
-      if (word != 0) return w * 64 + static_cast<std::size_t>(std::countr_zero(word));
-    }
-    return kNoBucket;
-  }
-  // The last length before `b` that holds runs, or kNoBucket.
-  std::size_t filled_before(std::size_t b) const {
-    if (b == 0) return kNoBucket;
-    const std::size_t last = b - 1;
-    for (std::size_t w = std::min(last / 64 + 1, filled_.size()); w-- > 0;) {
-      std::uint64_t word = filled_[w];
-      if (w == last / 64 && last % 64 != 63) word &= (std::uint64_t{1} << (last % 64 + 1)) - 1;
-      if (word != 0) return w * 64 + 63 - static_cast<std::size_t>(std::countl_zero(word));
-    }
-    return kNoBucket;
-  }
+  // The first length at or after `b` / the last before `b` that holds runs,
+  // or kNoBucket.
+  std::size_t filled_from(std::size_t b) const { return first_set_from(filled_, b); }
+  std::size_t filled_before(std::size_t b) const { return last_set_before(filled_, b); }
 
   std::size_t unit_;
   std::vector<std::vector<RunKey>> buckets_;  // by bytes / unit_

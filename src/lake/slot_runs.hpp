@@ -32,8 +32,7 @@ class SlotRuns {
 
   // First run starting at or after `first`, or after it.
   iterator lower_bound(std::uint32_t first) {
-    return std::lower_bound(runs_.begin(), runs_.end(), first,
-                            [](const value_type& r, std::uint32_t k) { return r.first < k; });
+    return std::lower_bound(runs_.begin(), runs_.end(), first, starts_before);
   }
   iterator upper_bound(std::uint32_t first) {
     return std::upper_bound(runs_.begin(), runs_.end(), first,
@@ -44,8 +43,7 @@ class SlotRuns {
     return it != runs_.end() && it->first == first ? it : runs_.end();
   }
   std::uint32_t at(std::uint32_t first) const {
-    auto it = std::lower_bound(runs_.begin(), runs_.end(), first,
-                               [](const value_type& r, std::uint32_t k) { return r.first < k; });
+    auto it = std::lower_bound(runs_.begin(), runs_.end(), first, starts_before);
     if (it == runs_.end() || it->first != first) throw std::out_of_range("SlotRuns::at");
     return it->second;
   }
@@ -57,6 +55,7 @@ class SlotRuns {
   bool operator==(const SlotRuns&) const = default;
 
  private:
+  static bool starts_before(const value_type& run, std::uint32_t slot) { return run.first < slot; }
   std::vector<value_type> runs_;
 };
 

@@ -119,8 +119,8 @@ class StreamScheduler {
     std::size_t done = 0;   // blocks before this one are retired
     bool complete = false;  // its event has completed
   };
-  using BySize = std::multimap<std::size_t, Pending*, std::less<std::size_t>,
-                               PoolAllocator<std::pair<const std::size_t, Pending*>>>;
+  using BySizeAllocator = PoolAllocator<std::pair<const std::size_t, Pending*>>;
+  using BySize = std::multimap<std::size_t, Pending*, std::less<std::size_t>, BySizeAllocator>;
   struct StreamState {
     std::vector<Pending*> open;
     std::size_t open_bytes = 0;  // of the open batch
@@ -146,6 +146,13 @@ class StreamScheduler {
   // Marks an unindexed block taken (its Pending stays in its batch).
   Block take_pending(Pending* p);
   void finish(Pending* p);
+  // finish(), then hands the block to `release`.
+  template <class Release>
+  void finish_and_release(Pending* p, Release& release) {
+    const Block b = p->block;
+    finish(p);
+    release(b);
+  }
   bool events_complete(Pending* p);
   // Streams whose queued work pending blocks wait for; false if one of them
   // (or a stream that would wait) is capturing.
@@ -173,7 +180,6 @@ class StreamScheduler {
   std::size_t free_batch_;
   std::size_t free_batch_bytes_;
   NodePool pool_;  // before every container that draws from it
-  using BySizeAllocator = PoolAllocator<std::pair<const std::size_t, Pending*>>;
   std::unordered_map<StreamHandle, StreamState> streams_;
   std::vector<StreamState> retired_;  // forgotten streams with batches in flight
   std::vector<Pending*> tagged_;      // blocks with record_stream events
@@ -219,9 +225,7 @@ std::size_t StreamScheduler::retire_batches(StreamState& st, std::size_t limit, 
       }
       if (released == limit) return released;
       unindex(p);
-      const Block b = p->block;
-      finish(p);
-      release(b);
+      finish_and_release(p, release);
       ++released;
     }
     event_pool_.push_back(batch.event);
@@ -243,9 +247,7 @@ std::size_t StreamScheduler::harvest(Release&& release) {
     if (events_complete(p)) {
       tagged_[i] = tagged_.back();
       tagged_.pop_back();
-      const Block b = p->block;
-      finish(p);
-      release(b);
+      finish_and_release(p, release);
       ++released;
     } else {
       ++i;

@@ -18,10 +18,11 @@ export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
 A=${MEMLAKE_AB_A:-}
 B=${MEMLAKE_AB_B:-}
 note "A: '${A}'  B: '${B}'"
+conf_of() { if [[ $1 == A ]]; then echo "$A"; else echo "$B"; fi; }
 for round in $(seq 1 "${MEMLAKE_AB_REPEAT:-2}"); do
   for model in ${MEMLAKE_TORCH_MODELS:-llama-lora}; do
     for side in A B; do
-      conf=$([[ $side == A ]] && echo "$A" || echo "$B")
+      conf=$(conf_of "$side")
       json=$OUT/$model-$side-$round.json
       step "$model-$side-$round" 120 "$json" python3 samples/pytorch_training/train.py \
         --allocator memlake --model "$model" --steps "${MEMLAKE_TORCH_STEPS:-20}" \
@@ -30,7 +31,7 @@ for round in $(seq 1 "${MEMLAKE_AB_REPEAT:-2}"); do
     done
   done
   for side in A B; do
-    conf=$([[ $side == A ]] && echo "$A" || echo "$B")
+    conf=$(conf_of "$side")
     for scale in 1 16; do
       MEMLAKE_CONF=$conf step "pipeline-$scale-$side-$round" 60 "$OUT/pipeline-$side.log" \
         "$BUILD/samples/pipeline_parallel" --backend cuda --scale "$scale" --seed "$round"
