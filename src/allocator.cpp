@@ -72,7 +72,8 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
       backend_(wrap_counting(std::move(backend), &counting_)),
       recorder_(make_recorder(config_, observers_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
-      scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes),
+      scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes,
+                 config_.direct_free && config_.cross_stream_wait),
       worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
@@ -114,8 +115,12 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64
   // on a GPU) are closed only before the lake would map: until then their
   // blocks stay where a same-size request on their stream takes them back.
   const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
-  const auto release_fenced = [this](const StreamScheduler::Block& b, std::uint64_t fence) {
-    lake_.free(b.ptr, fence);
+  // With one stream in use, no other stream can be given what it freed
+  // before that stream waits on everything (StreamScheduler::known_stream).
+  const bool others_wait = !scheduler_.direct(stream);
+  const auto release_fenced = [this, others_wait](const StreamScheduler::Block& b,
+                                                  std::uint64_t fence) {
+    lake_.free(b.ptr, fence, others_wait);
   };
   const bool may_order_streams = config_.cross_stream_wait && config_.fence;
   lake_.fences_completed(scheduler_.completed_fences());
@@ -167,6 +172,7 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64
   r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
   if (r.ptr) return from_lake(r, bytes, stream, r.path);
   // Reclaim: unmap cached ranges and release unused chunks, then retry once.
+  scheduler_.close_direct_fence();
   lake_.fences_completed(scheduler_.completed_fences());
   lake_.reclaim();
   r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
@@ -262,7 +268,14 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   // A recorded stream destroyed since has finished its work (destroying a
   // stream drains it): nothing to wait for there.
   std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
-  scheduler_.defer({key, block.size}, stream, block.also_used_on);
+  // One stream in use: the block goes to the lake at once
+  // (StreamScheduler::defer_direct).
+  if (!block.also_used_on.empty() ||
+      !scheduler_.defer_direct({key, block.size}, stream,
+                               [this](const StreamScheduler::Block& b, std::uint64_t fence) {
+                                 lake_.free(b.ptr, fence, /*others_wait=*/false);
+                               }))
+    scheduler_.defer({key, block.size}, stream, block.also_used_on);
   if (config_.retire_per_free != 0 && scheduler_.closed_batches() != 0) {
     ScopedNanos timed(stats_.slow_path_ns);
     scheduler_.retire_some(stream, config_.retire_per_free,
@@ -298,6 +311,7 @@ void AllocatorImpl::record_stream(void* ptr, Stream stream) {
 
 void AllocatorImpl::process_pending_frees() {
   std::lock_guard lock(mutex_);
+  scheduler_.close_direct_fence();
   scheduler_.close_open_batches();
   scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
 }
@@ -305,6 +319,7 @@ void AllocatorImpl::process_pending_frees() {
 void AllocatorImpl::empty_cache() {
   std::unique_lock lock(mutex_);
   worker_.wait_idle(lock);  // its pinned chunks must be released too
+  scheduler_.close_direct_fence();
   scheduler_.close_open_batches();
   scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
   lake_.fences_completed(scheduler_.completed_fences());

@@ -84,6 +84,9 @@ constexpr std::array kOptions = {
          "streams through GPU-side waits of every stream on every other"},
   Option{"free_batch", &Config::free_batch, Unit::integer, 1, 65536, false,
          "frees on one stream that share one event"},
+  Option{"direct_free", &Config::direct_free, Unit::flag, 0, 0, false,
+         "while one stream is in use, frees go to the lake at once (no batches to retire; a "
+         "stream seen later waits on the work queued before)"},
   Option{"free_batch_bytes", &Config::free_batch_bytes, Unit::size, 0, kNoLimit, false,
          "a batch of frees also closes once it holds this many bytes; 0: by count only"},
   Option{"retire_per_free", &Config::retire_per_free, Unit::integer, 0, 65536, false,

@@ -91,6 +91,13 @@ struct Config {
   bool fence = true;
   // Frees recorded on one stream share one event per batch.
   std::size_t free_batch = 32;
+  // While one stream is all the allocator has seen, a block freed on it
+  // (and used on no other) goes to the lake at once: stream order makes it
+  // safe to reuse there, and a stream seen later first waits (GPU-side) on
+  // everything queued so far. No batch to retire later, no event per
+  // batch: an event every free_batch frees only tells when the memory could
+  // be unmapped. Decisions then no longer depend on the GPU's timing.
+  bool direct_free = true;
   // Each free hands at most this many completed frees of its stream's oldest
   // batches to the lake (one event query at most), spreading the retiring
   // over the frees instead of leaving it to the next allocation: a step's

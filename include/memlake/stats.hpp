@@ -45,6 +45,7 @@
   X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
   X(fences,                  counter, "times all pending frees were made free for every stream")\
   X(own_releases,            counter, "times a stream's pending frees were made free before mapping")\
+  X(direct_frees,            counter, "frees handed to the lake at once (one stream in use)")  \
   X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \
   X(slow_path_ns,            counter, "host ns in allocations the same-stream cache missed and in frees that retired batches")\
   X(lock_waits,              counter, "malloc/free calls that waited for the allocator's lock")\

@@ -88,8 +88,11 @@ class Lake {
   LakeResult allocate(std::size_t requested, bool allow_new = true, bool allow_map = true,
                       std::uint64_t history = 0);
   // The pointer must be a live allocation (see find()). `fence`: the block
-  // may be in use by GPU work until that fence completes (fences_completed).
-  void free(DevicePtr ptr, std::uint64_t fence = 0);
+  // may be in use by GPU work until that fence completes (fences_completed);
+  // no unmapping before then, and a stream given the memory waits for the
+  // fence (LakeResult::fence) unless `others_wait` is false: every stream
+  // that could be given it has waited already (direct frees).
+  void free(DevicePtr ptr, std::uint64_t fence = 0, bool others_wait = true);
   // Fences up to and including `through` have completed.
   void fences_completed(std::uint64_t through) { fences_done_ = through; }
   std::uint64_t fences_done() const { return fences_done_; }

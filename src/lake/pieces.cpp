@@ -235,13 +235,13 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   return ptr + keep;
 }
 
-void Lake::free(DevicePtr ptr, std::uint64_t fence) {
+void Lake::free(DevicePtr ptr, std::uint64_t fence, bool others_wait) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end());
   Allocation a = it->second;
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
-  if (fence != 0) {
+  if (fence != 0 && others_wait) {
     for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
       std::uint64_t& f = chunks_[ids[a.first_chunk + i]].fence;
       f = std::max(f, fence);

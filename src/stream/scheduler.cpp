@@ -9,11 +9,12 @@
 namespace memlake {
 
 StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
-                                 std::size_t free_batch_bytes)
+                                 std::size_t free_batch_bytes, bool direct_free)
     : backend_(backend),
       stats_(stats),
       free_batch_(free_batch == 0 ? 1 : free_batch),
-      free_batch_bytes_(free_batch_bytes) {}
+      free_batch_bytes_(free_batch_bytes),
+      direct_free_(direct_free) {}
 
 StreamScheduler::~StreamScheduler() {
   auto drop = [this](StreamState& st) {
@@ -61,7 +62,8 @@ bool StreamScheduler::known_stream(StreamHandle stream) {
   bool capturing = false;
   if (backend_.stream_is_capturing(stream, &capturing) != Status::ok) return false;
   // Memory fenced before this stream was seen may still be in use by work
-  // queued on the fenced streams.
+  // queued on the fenced streams: direct frees' too.
+  close_direct_fence();
   if (!fences_.empty()) wait_on_fences(stream);
   streams_.emplace(stream, new_stream_state());
   return true;
@@ -111,7 +113,25 @@ std::uint64_t StreamScheduler::completed_fences() {
   drop_completed_fences();
   std::uint64_t through = last_fence_;
   for (const Fence& f : fences_) through = std::min(through, f.id - 1);
+  if (open_.id != 0) through = std::min(through, open_.id - 1);
   return through;
+}
+
+std::uint64_t StreamScheduler::direct_fence(StreamHandle stream) {
+  if (open_.id == 0) open_ = {++last_fence_, stream, 0};
+  return open_.id;
+}
+
+void StreamScheduler::close_direct_fence() {
+  if (open_.id == 0) return;
+  // An event recorded while capturing belongs to the graph, not the stream.
+  bool capturing = false;
+  if (backend_.stream_is_capturing(open_.source, &capturing) == Status::ok && capturing) return;
+  drop_completed_fences();  // keeps the list short while nothing else asks
+  EventHandle e = acquire_event();
+  record(e, open_.source);
+  fences_.push_back({open_.id, e, open_.source, false, {}});
+  open_ = {};
 }
 
 void StreamScheduler::wait_for_fences(StreamHandle stream, std::uint64_t through) {
@@ -153,6 +173,7 @@ void StreamScheduler::drop_completed_fences() {
 void StreamScheduler::forget_stream(StreamHandle stream) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return;
+  if (open_.source == stream) close_direct_fence();
   StreamState& st = it->second;
   close_batch(stream, st);
   // Its batches still retire by their events, but nothing is reused on the

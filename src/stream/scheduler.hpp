@@ -34,7 +34,7 @@ class StreamScheduler {
   };
 
   StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
-                  std::size_t free_batch_bytes = 0);
+                  std::size_t free_batch_bytes = 0, bool direct_free = false);
   ~StreamScheduler();
   StreamScheduler(const StreamScheduler&) = delete;
   StreamScheduler& operator=(const StreamScheduler&) = delete;
@@ -42,6 +42,22 @@ class StreamScheduler {
   // Defers the free of a block last used on `stream` and on `also_used_on`.
   // Throws backend_error if an event cannot be recorded.
   void defer(Block block, StreamHandle stream, const std::vector<StreamHandle>& also_used_on);
+
+  // Direct frees (direct_free): while `stream` is the only stream known, a
+  // block freed on it needs no event and goes to `release(block, fence)` at
+  // once, for the lake: the lake may unmap it once that fence completes,
+  // and no other stream is given it before waiting on the fence, since a
+  // stream seen later waits on it first thing (known_stream). An event is
+  // recorded every free_batch such frees. Returns false when `stream` is
+  // not in that state: defer() the block.
+  template <class Release>
+  bool defer_direct(Block block, StreamHandle stream, Release&& release);
+  // `stream` is the only stream in use and frees on it are direct.
+  bool direct(StreamHandle stream) const {
+    return direct_free_ && streams_.size() == 1 && streams_.begin()->first == stream;
+  }
+  // Records the open direct fence, if any, so that it can complete.
+  void close_direct_fence();
 
   // A block freed on `stream` alone, of size in [min_size, max_size].
   bool take_same_stream(StreamHandle stream, std::size_t min_size, std::size_t max_size,
@@ -141,6 +157,8 @@ class StreamScheduler {
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
+  // The fence direct frees go to the lake under (opened on first use).
+  std::uint64_t direct_fence(StreamHandle stream);
   void unindex(Pending* p);
   Block take(BySize& by_size, BySize::iterator it);
   // Marks an unindexed block taken (its Pending stays in its batch).
@@ -198,6 +216,14 @@ class StreamScheduler {
     std::vector<StreamHandle> waited;  // release_own's: the streams that waited since
   };
   std::vector<Fence> fences_;  // recorded by fence(), not yet complete
+  // The direct frees' fence, not recorded yet (id 0: none open).
+  struct OpenFence {
+    std::uint64_t id = 0;
+    StreamHandle source = nullptr;
+    std::size_t frees = 0;
+  };
+  OpenFence open_;
+  bool direct_free_;
   std::uint64_t last_fence_ = 0;
   std::size_t pending_count_ = 0;
   std::size_t closed_count_ = 0;
@@ -262,6 +288,15 @@ std::size_t StreamScheduler::retire_some(StreamHandle stream, std::size_t limit,
   auto it = streams_.find(stream);
   if (it == streams_.end()) return 0;
   return retire_batches(it->second, limit, /*queries=*/1, release);
+}
+
+template <class Release>
+bool StreamScheduler::defer_direct(Block block, StreamHandle stream, Release&& release) {
+  if (!direct(stream)) return false;
+  release(block, direct_fence(stream));
+  ++stats_.direct_frees.current;
+  if (++open_.frees >= free_batch_) close_direct_fence();
+  return true;
 }
 
 template <class Release>

@@ -53,6 +53,14 @@ std::unique_ptr<Allocator> make(Config c = {}) {
   return std::make_unique<Allocator>(c, std::make_unique<HostBackend>(o));
 }
 
+// Frees stay pending on their stream (in batches) instead of going to the
+// lake at once, so a double free can be caught while pending.
+Config batched() {
+  Config c;
+  c.direct_free = false;
+  return c;
+}
+
 std::string hex(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%#zx", reinterpret_cast<std::size_t>(p));
@@ -110,7 +118,7 @@ void expect_unchanged(const Snapshot& before, const Allocator& a, int errors) {
 // ---- pointers ----------------------------------------------------------------
 
 TEST(HostileInput, ExactMessagesForBadFrees) {
-  auto a = make();
+  auto a = make(batched());
   void* p = a->allocate(3 * MiB);
   const Snapshot s0(*a);
   int local = 0;
@@ -139,6 +147,25 @@ TEST(HostileInput, ExactMessagesForBadFrees) {
                 ": it lies in memlake memory that is not allocated (freed already, or never "
                 "returned by allocate)");
   expect_unchanged(s2, *a, 1);
+}
+
+// With one stream in use a free goes to the lake at once: a second free of
+// the block is named a double free there.
+TEST(HostileInput, DoubleFreeOfADirectFreeIsNamed) {
+  auto a = make();
+  void* p = a->allocate(3 * MiB);
+  a->deallocate(p, 3 * MiB);
+  EXPECT_EQ(a->stats().direct_frees.current, 1);
+  const Snapshot s0(*a);
+  EXPECT_EQ(misuse_of([&] { a->deallocate(p, 3 * MiB); }),
+            "memlake: double free of " + hex(p) +
+                ": it lies in memlake memory that is not allocated (freed already, or never "
+                "returned by allocate)");
+  EXPECT_EQ(misuse_of([&] { a->record_stream(p, nullptr); }),
+            "memlake: record_stream: double free of " + hex(p) +
+                ": it lies in memlake memory that is not allocated (freed already, or never "
+                "returned by allocate)");
+  expect_unchanged(s0, *a, 2);
 }
 
 // An interior pointer in the second chunk of a multi-chunk block: the message
@@ -295,7 +322,7 @@ TEST(HostileInput, FreeAfterTheRecordedStreamWasDestroyed) {
 // A block freed and still pending on its stream is not "live": record_stream
 // and allocation_size say it was freed, as deallocate does.
 TEST(HostileInput, RecordStreamAndAllocationSizeOfAPendingFree) {
-  auto a = make();
+  auto a = make(batched());
   Stream s = a->create_stream();
   void* p = a->allocate(1 * MiB, s);
   a->deallocate(p, 1 * MiB, s);  // pending on s

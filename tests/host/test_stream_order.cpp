@@ -11,6 +11,7 @@
 
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/host/host_backend.hpp"
+#include "gated_jobs.hpp"
 #include "memlake/allocator.hpp"
 
 namespace memlake {
@@ -18,58 +19,12 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-// A job that waits for a gate, then writes `tag` over the block.
-struct GatedWrite {
-  std::atomic<bool> open{false};
-  std::atomic<bool> done{false};
-  void* block = nullptr;
-  std::size_t size = 0;
-  unsigned char tag = 0;
-  static void run(void* self) {
-    auto* g = static_cast<GatedWrite*>(self);
-    while (!g->open.load()) {
-    }
-    std::memset(g->block, g->tag, g->size);
-    g->done = true;
-  }
-};
-
-// A job that checks the block still holds `expect` everywhere, then writes
-// `tag`.
-struct CheckThenWrite {
-  void* block = nullptr;
-  std::size_t size = 0;
-  unsigned char expect = 0, tag = 0;
-  std::atomic<bool> saw_expected{false};
-  static void run(void* self) {
-    auto* c = static_cast<CheckThenWrite*>(self);
-    const auto* b = static_cast<const unsigned char*>(c->block);
-    bool ok = true;
-    for (std::size_t i = 0; i < c->size; ++i) ok &= b[i] == c->expect;
-    c->saw_expected = ok;
-    std::memset(c->block, c->tag, c->size);
-  }
-};
-
-// Queues on `s` a check that `n` bytes at `q` hold the gated job's tag, then
-// a write of `tag`; opens the gate and drains `s`. True if the check saw the
-// job's bytes: `s` ran after the job.
-bool ran_after_gate(Allocator& a, GatedWrite& gate, void* q, std::size_t n, Stream s,
-                    unsigned char tag) {
-  CheckThenWrite check;
-  check.block = q;
-  check.size = n;
-  check.expect = gate.tag;
-  check.tag = tag;
-  if (a.backend().launch_host_func(s, &CheckThenWrite::run, &check) != Status::ok) return false;
-  gate.open = true;
-  a.backend().stream_synchronize(s);
-  return check.saw_expected.load();
-}
-
-std::unique_ptr<Allocator> make(bool cross_stream_wait) {
+// Frees are deferred in batches here, as with several streams in use; the
+// direct frees of a single stream have their own tests below.
+std::unique_ptr<Allocator> make(bool cross_stream_wait, bool direct_free = false) {
   Config c;
   c.cross_stream_wait = cross_stream_wait;
+  c.direct_free = direct_free;
   c.capacity = 64 * MiB;
   HostBackendOptions o;
   o.capacity = 64 * MiB;
@@ -328,7 +283,7 @@ namespace {
 // event and leaves the open batch alone; one that would need mapping first
 // closes the batch (one event) and reuses its block instead of making memory.
 void lazy_batches_case(bool lazy) {
-  Config c = Config::parse("backend:host,capacity:1G,worker:off");
+  Config c = Config::parse("backend:host,capacity:1G,worker:off,direct_free:false");
   c.lazy_batches = lazy;
   Allocator a(c);
   Stream s = a.create_stream();
@@ -364,6 +319,7 @@ std::int64_t pending_after_frees(std::size_t retire_per_free, bool gated) {
   c.capacity = 64 * MiB;
   c.free_batch = 4;
   c.retire_per_free = retire_per_free;
+  c.direct_free = false;
   HostBackendOptions o;
   o.capacity = 64 * MiB;
   Allocator a(c, std::make_unique<HostBackend>(o));
@@ -541,6 +497,7 @@ TEST(StreamOrder, FencedRangesStayMappedUntilTheFenceCompletes) {
 TEST(StreamOrder, NoFenceWhenPendingBlocksCannotHoldTheRequest) {
   Config c;
   c.capacity = 128 * MiB;
+  c.direct_free = false;
   HostBackendOptions o;
   o.capacity = 128 * MiB;
   Allocator a(c, std::make_unique<HostBackend>(o));

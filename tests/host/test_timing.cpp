@@ -22,6 +22,7 @@ TEST(Timing, SlowPathTimeGrowsOnAMissAndNotOnASameStreamHit) {
   Config c;
   c.capacity = 64 * MiB;
   c.worker = WorkerMode::off;
+  c.direct_free = false;  // the same-stream hit is the batched frees' fast path
   HostBackendOptions o;
   o.capacity = 64 * MiB;
   Allocator a(c, std::make_unique<HostBackend>(o));

@@ -72,6 +72,7 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
 TEST_F(CoreTest, EveryStrategyPathIsReached) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
+  c.direct_free = false;  // the stream cache holds a stream's frees in batches
   auto a = make(64 * MiB, c);
   auto delta = [&](auto field, auto&& op) {
     const Stats s0 = a->stats();
