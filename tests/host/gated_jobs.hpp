@@ -48,7 +48,7 @@ struct CheckThenWrite {
 // a write of `tag`; opens the gate and drains `s`. True if the check saw the
 // job's bytes: `s` ran after the job.
 inline bool ran_after_gate(Allocator& a, GatedWrite& gate, void* q, std::size_t n, Stream s,
-                    unsigned char tag) {
+                           unsigned char tag) {
   CheckThenWrite check;
   check.block = q;
   check.size = n;
