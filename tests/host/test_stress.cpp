@@ -99,7 +99,8 @@ struct Counts {
 
 class Stress {
  public:
-  explicit Stress(bool cross_stream_wait) {
+  // `streams`: how many streams the threads share (1: frees are direct).
+  explicit Stress(bool cross_stream_wait, int streams = kStreams) {
     HostBackendOptions o;
     o.granularity = kGranule;
     auto host_owner = std::make_unique<HostBackend>(o);
@@ -112,7 +113,7 @@ class Stress {
     c.cross_stream_wait = cross_stream_wait;
     c.free_batch = 8;
     alloc_ = std::make_unique<Allocator>(c, std::move(limiting_owner));
-    for (int i = 0; i < kStreams; ++i) streams_.push_back(alloc_->create_stream());
+    for (int i = 0; i < streams; ++i) streams_.push_back(alloc_->create_stream());
   }
 
   void run(std::uint64_t ops) {
@@ -222,7 +223,7 @@ class Stress {
     for (std::uint64_t i = 0; i < ops; ++i) {
       counts_.ops.fetch_add(1, std::memory_order_relaxed);
       // My stream for this operation: threads share streams.
-      Stream s = streams_[(static_cast<std::size_t>(t) * 2 + rng() % 3) % kStreams];
+      Stream s = streams_[(static_cast<std::size_t>(t) * 2 + rng() % 3) % streams_.size()];
       {
         // Blocks other threads handed to me: used and freed on my stream.
         std::vector<Held> got;
@@ -341,6 +342,24 @@ TEST_P(StressTest, ThreadsAndStreamsUnderMemoryPressure) {
   EXPECT_EQ(c.ops.load(), ops / kThreads * kThreads);
   EXPECT_GT(c.ooms.load(), 0u) << "the capacity must be small enough for out of memory";
   EXPECT_GT(c.handoffs.load(), 0u);
+  EXPECT_EQ(g_jobs.load(), c.allocs.load() + c.frees.load()) << "every job ran";
+}
+
+// Every thread on one stream: every free goes to the lake at once (direct
+// frees), under the same checks of the bytes each stream job finds.
+TEST(StressOneStream, DirectFreesUnderMemoryPressure) {
+  g_mismatches = 0;
+  g_jobs = 0;
+  Stress s(/*cross_stream_wait=*/true, /*streams=*/1);
+  const std::uint64_t ops = total_ops() / 4;
+  s.run(ops);
+  s.finish();
+  s.teardown_checks();
+  const Counts& c = s.counts();
+  EXPECT_EQ(g_mismatches.load(), 0u) << "a block was reused before its last user's work ran";
+  EXPECT_EQ(c.errors.load(), 0u);
+  EXPECT_GT(c.ooms.load(), 0u) << "the capacity must be small enough for out of memory";
+  EXPECT_EQ(static_cast<std::uint64_t>(s.alloc().stats().direct_frees.current), c.frees.load());
   EXPECT_EQ(g_jobs.load(), c.allocs.load() + c.frees.load()) << "every job ran";
 }
 
