@@ -211,6 +211,7 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
       EventHandle e = acquire_event();
       p->events.push_back(e);
       record(e, stream);
+      p->seq = ++tagged_seq_;
     } catch (...) {
       p->events.pop_back();
       for (EventHandle e : p->events) event_pool_.push_back(e);
@@ -264,9 +265,17 @@ void StreamScheduler::finish(Pending* p) {
   delete_pending(p);
 }
 
-bool StreamScheduler::events_complete(Pending* p) {
-  for (EventHandle e : p->events) {
-    if (backend_.event_query(e) == Status::not_ready) return false;
+bool StreamScheduler::events_complete(Pending* p, Behind& behind) {
+  for (; p->events_done < p->events.size(); ++p->events_done) {
+    const std::size_t i = p->events_done;
+    const StreamHandle s = i < p->used_on.size() ? p->used_on[i] : p->stream;
+    if (std::any_of(behind.begin(), behind.end(),
+                    [&](const auto& b) { return b.first == s && b.second < p->seq; }))
+      return false;
+    if (backend_.event_query(p->events[i]) == Status::not_ready) {
+      behind.emplace_back(s, p->seq);
+      return false;
+    }
   }
   return true;
 }

@@ -128,6 +128,10 @@ class StreamScheduler {
     bool taken = false;
     bool indexed = false;               // in its stream's by_size
     std::vector<StreamHandle> used_on;  // record_stream blocks: the streams of `events`
+    // record_stream blocks: when their events were recorded (in order of
+    // recording over all of them), and how many are known complete.
+    std::uint64_t seq = 0;
+    std::size_t events_done = 0;
   };
   struct Batch {
     EventHandle event = nullptr;
@@ -171,7 +175,12 @@ class StreamScheduler {
     finish(p);
     release(b);
   }
-  bool events_complete(Pending* p);
+  // Streams with an event found not complete, and its block's seq: events
+  // recorded on such a stream later are not complete either.
+  using Behind = std::vector<std::pair<StreamHandle, std::uint64_t>>;
+  // Every event of record_stream block `p` has completed; asks only events
+  // not known complete and not recorded after one found incomplete.
+  bool events_complete(Pending* p, Behind& behind);
   // Streams whose queued work pending blocks wait for; false if one of them
   // (or a stream that would wait) is capturing.
   bool fence_sources(std::vector<StreamHandle>* out);
@@ -225,6 +234,7 @@ class StreamScheduler {
   OpenFence open_;
   bool direct_free_;
   std::uint64_t last_fence_ = 0;
+  std::uint64_t tagged_seq_ = 0;
   std::size_t pending_count_ = 0;
   std::size_t closed_count_ = 0;
   std::size_t pending_bytes_ = 0;
@@ -268,17 +278,15 @@ std::size_t StreamScheduler::harvest(Release&& release) {
   for (auto& [stream, st] : streams_) released += retire_batches(st, kAll, kAll, release);
   for (StreamState& st : retired_) released += retire_batches(st, kAll, kAll, release);
   std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
-  for (std::size_t i = 0; i < tagged_.size();) {
-    Pending* p = tagged_[i];
-    if (events_complete(p)) {
-      tagged_[i] = tagged_.back();
-      tagged_.pop_back();
-      finish_and_release(p, release);
-      ++released;
-    } else {
-      ++i;
-    }
-  }
+  // In the order they were freed, so that a stream found behind spares the
+  // queries of every later block's event there.
+  Behind behind;
+  std::erase_if(tagged_, [&](Pending* p) {
+    if (!events_complete(p, behind)) return false;
+    finish_and_release(p, release);
+    ++released;
+    return true;
+  });
   return released;
 }
 
