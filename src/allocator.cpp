@@ -100,6 +100,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
 
 void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history) {
   ScopedNanos timed(stats_.slow_path_ns);
+  StreamScheduler::CallScope call(scheduler_);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!scheduler_.known_stream(stream)) {
     ++stats_.misuse_errors.current;

@@ -42,13 +42,23 @@ EventHandle StreamScheduler::acquire_event() {
   return e;
 }
 
-void StreamScheduler::record(EventHandle event, StreamHandle stream) {
+std::uint64_t StreamScheduler::record(EventHandle event, StreamHandle stream) {
   Status s = backend_.event_record(event, stream);
   if (s != Status::ok) {
     event_pool_.push_back(event);
     throw backend_error(std::string("memlake: event_record failed: ") + backend_.last_error());
   }
   ++stats_.events_recorded.current;
+  return ++records_;
+}
+
+bool StreamScheduler::incomplete(EventHandle event, StreamHandle stream, std::uint64_t seq) {
+  if (in_call_ && std::any_of(behind_.begin(), behind_.end(),
+                              [&](const auto& b) { return b.first == stream && b.second <= seq; }))
+    return true;
+  if (backend_.event_query(event) != Status::not_ready) return false;
+  if (in_call_) behind_.emplace_back(stream, seq);
+  return true;
 }
 
 void StreamScheduler::wait(StreamHandle stream, EventHandle event) {
@@ -100,11 +110,11 @@ std::uint64_t StreamScheduler::fence(const std::vector<StreamHandle>& sources, b
   const std::uint64_t id = ++last_fence_;
   for (StreamHandle source : sources) {
     EventHandle e = acquire_event();
-    record(e, source);
+    const std::uint64_t seq = record(e, source);
     if (wait_now)
       for (auto& [stream, st] : streams_)
         if (stream != source) wait(stream, e);
-    fences_.push_back({id, e, source, wait_now, {}});
+    fences_.push_back({id, e, seq, source, wait_now, {}});
   }
   return id;
 }
@@ -129,8 +139,8 @@ void StreamScheduler::close_direct_fence() {
   if (backend_.stream_is_capturing(open_.source, &capturing) == Status::ok && capturing) return;
   drop_completed_fences();  // keeps the list short while nothing else asks
   EventHandle e = acquire_event();
-  record(e, open_.source);
-  fences_.push_back({open_.id, e, open_.source, false, {}});
+  const std::uint64_t seq = record(e, open_.source);
+  fences_.push_back({open_.id, e, seq, open_.source, false, {}});
   open_ = {};
 }
 
@@ -161,7 +171,7 @@ void StreamScheduler::drop_completed_fences() {
   std::vector<StreamHandle> behind;
   std::erase_if(fences_, [&](const Fence& f) {
     if (std::find(behind.begin(), behind.end(), f.source) != behind.end()) return false;
-    if (backend_.event_query(f.event) == Status::not_ready) {
+    if (incomplete(f.event, f.source, f.seq)) {
       behind.push_back(f.source);
       return false;
     }
@@ -210,8 +220,7 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
       p->used_on = also_used_on;
       EventHandle e = acquire_event();
       p->events.push_back(e);
-      record(e, stream);
-      p->seq = ++tagged_seq_;
+      p->seq = record(e, stream) + 1 - p->events.size();
     } catch (...) {
       p->events.pop_back();
       for (EventHandle e : p->events) event_pool_.push_back(e);
@@ -231,9 +240,9 @@ void StreamScheduler::defer(Block block, StreamHandle stream,
 void StreamScheduler::close_batch(StreamHandle stream, StreamState& st) {
   if (st.open.empty()) return;
   EventHandle e = acquire_event();
-  record(e, stream);
+  const std::uint64_t seq = record(e, stream);
   for (Pending* p : st.open) p->batch_event = e;
-  st.closed.push_back(Batch{e, std::move(st.open)});
+  st.closed.push_back(Batch{e, seq, std::move(st.open)});
   ++closed_count_;
   st.open.clear();
   st.open_bytes = 0;
@@ -272,7 +281,7 @@ bool StreamScheduler::events_complete(Pending* p, Behind& behind) {
     if (std::any_of(behind.begin(), behind.end(),
                     [&](const auto& b) { return b.first == s && b.second < p->seq; }))
       return false;
-    if (backend_.event_query(p->events[i]) == Status::not_ready) {
+    if (incomplete(p->events[i], s, p->seq + i)) {
       behind.emplace_back(s, p->seq);
       return false;
     }

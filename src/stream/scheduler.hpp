@@ -59,6 +59,23 @@ class StreamScheduler {
   // Records the open direct fence, if any, so that it can complete.
   void close_direct_fence();
 
+  // One allocation's slow path: an event found incomplete in it is taken
+  // as still incomplete until it ends, and so are the events recorded after
+  // it on its stream (events on a stream complete in order): not asked.
+  class CallScope {
+   public:
+    explicit CallScope(StreamScheduler& s) : s_(s) { s_.in_call_ = true; }
+    ~CallScope() {
+      s_.in_call_ = false;
+      s_.behind_.clear();
+    }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    StreamScheduler& s_;
+  };
+
   // A block freed on `stream` alone, of size in [min_size, max_size].
   bool take_same_stream(StreamHandle stream, std::size_t min_size, std::size_t max_size,
                         Block* out);
@@ -128,13 +145,14 @@ class StreamScheduler {
     bool taken = false;
     bool indexed = false;               // in its stream's by_size
     std::vector<StreamHandle> used_on;  // record_stream blocks: the streams of `events`
-    // record_stream blocks: when their events were recorded (in order of
-    // recording over all of them), and how many are known complete.
+    // record_stream blocks: the record of their first event (the others
+    // follow it), and how many are known complete.
     std::uint64_t seq = 0;
     std::size_t events_done = 0;
   };
   struct Batch {
     EventHandle event = nullptr;
+    std::uint64_t seq = 0;  // its event's record
     std::vector<Pending*> blocks;
     std::size_t done = 0;   // blocks before this one are retired
     bool complete = false;  // its event has completed
@@ -157,7 +175,12 @@ class StreamScheduler {
     pool_.put(p, sizeof(Pending));
   }
   EventHandle acquire_event();
-  void record(EventHandle event, StreamHandle stream);
+  // Returns the record's number (records_).
+  std::uint64_t record(EventHandle event, StreamHandle stream);
+  // The event of record `seq` on `stream` has not completed (an error counts
+  // as complete: its work can no longer be waited for). In a CallScope it is
+  // not asked where an earlier record of the stream was found incomplete.
+  bool incomplete(EventHandle event, StreamHandle stream, std::uint64_t seq);
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
@@ -197,9 +220,10 @@ class StreamScheduler {
   void wait_on_fences(StreamHandle stream);
   // Retires `st`'s closed batches oldest first while their events have
   // completed, at most `limit` blocks and `queries` event queries.
+  // `stream`: nullptr for a forgotten stream's state.
   template <class Release>
-  std::size_t retire_batches(StreamState& st, std::size_t limit, std::size_t queries,
-                             Release& release);
+  std::size_t retire_batches(StreamHandle stream, StreamState& st, std::size_t limit,
+                             std::size_t queries, Release& release);
   void drop_completed_fences();
 
   Backend& backend_;
@@ -220,6 +244,7 @@ class StreamScheduler {
   struct Fence {
     std::uint64_t id = 0;
     EventHandle event = nullptr;
+    std::uint64_t seq = 0;             // its event's record
     StreamHandle source = nullptr;     // the stream that recorded it
     bool waited_by_all = false;        // fence_all's: every other stream waits at once
     std::vector<StreamHandle> waited;  // release_own's: the streams that waited since
@@ -234,15 +259,18 @@ class StreamScheduler {
   OpenFence open_;
   bool direct_free_;
   std::uint64_t last_fence_ = 0;
-  std::uint64_t tagged_seq_ = 0;
+  std::uint64_t records_ = 0;  // events recorded so far
+  bool in_call_ = false;       // inside a CallScope
+  // In a CallScope: streams with an event found incomplete, and its record.
+  std::vector<std::pair<StreamHandle, std::uint64_t>> behind_;
   std::size_t pending_count_ = 0;
   std::size_t closed_count_ = 0;
   std::size_t pending_bytes_ = 0;
 };
 
 template <class Release>
-std::size_t StreamScheduler::retire_batches(StreamState& st, std::size_t limit, std::size_t queries,
-                                            Release& release) {
+std::size_t StreamScheduler::retire_batches(StreamHandle stream, StreamState& st, std::size_t limit,
+                                            std::size_t queries, Release& release) {
   std::size_t released = 0;
   while (!st.closed.empty()) {
     Batch& batch = st.closed.front();
@@ -250,7 +278,9 @@ std::size_t StreamScheduler::retire_batches(StreamState& st, std::size_t limit, 
       if (queries-- == 0) break;
       // An error here means the event (or its stream) is gone; its work can
       // no longer be waited for, so treat the batch as complete.
-      if (backend_.event_query(batch.event) == Status::not_ready) break;
+      if (stream ? incomplete(batch.event, stream, batch.seq)
+                 : backend_.event_query(batch.event) == Status::not_ready)
+        break;
       batch.complete = true;
     }
     for (; batch.done < batch.blocks.size(); ++batch.done) {
@@ -275,8 +305,8 @@ template <class Release>
 std::size_t StreamScheduler::harvest(Release&& release) {
   constexpr std::size_t kAll = SIZE_MAX;
   std::size_t released = 0;
-  for (auto& [stream, st] : streams_) released += retire_batches(st, kAll, kAll, release);
-  for (StreamState& st : retired_) released += retire_batches(st, kAll, kAll, release);
+  for (auto& [stream, st] : streams_) released += retire_batches(stream, st, kAll, kAll, release);
+  for (StreamState& st : retired_) released += retire_batches(nullptr, st, kAll, kAll, release);
   std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
   // In the order they were freed, so that a stream found behind spares the
   // queries of every later block's event there.
@@ -295,7 +325,7 @@ std::size_t StreamScheduler::retire_some(StreamHandle stream, std::size_t limit,
                                          Release&& release) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return 0;
-  return retire_batches(it->second, limit, /*queries=*/1, release);
+  return retire_batches(stream, it->second, limit, /*queries=*/1, release);
 }
 
 template <class Release>
