@@ -53,11 +53,12 @@ std::uint64_t StreamScheduler::record(EventHandle event, StreamHandle stream) {
 }
 
 bool StreamScheduler::incomplete(EventHandle event, StreamHandle stream, std::uint64_t seq) {
-  if (in_call_ && std::any_of(behind_.begin(), behind_.end(),
-                              [&](const auto& b) { return b.first == stream && b.second <= seq; }))
+  if (call_depth_ != 0 && std::any_of(behind_.begin(), behind_.end(), [&](const auto& b) {
+        return b.first == stream && b.second <= seq;
+      }))
     return true;
   if (backend_.event_query(event) != Status::not_ready) return false;
-  if (in_call_) behind_.emplace_back(stream, seq);
+  if (call_depth_ != 0) behind_.emplace_back(stream, seq);
   return true;
 }
 
@@ -164,17 +165,12 @@ void StreamScheduler::wait_on_fences(StreamHandle stream) {
 }
 
 void StreamScheduler::drop_completed_fences() {
-  // Events recorded on one stream complete in the order they were recorded,
-  // so once a stream's fence is not complete, its later ones are not either:
-  // each call queries about one fence per stream, however many a GPU that
-  // runs behind has in flight (every slow-path call asks).
-  std::vector<StreamHandle> behind;
+  // Once a stream's fence is found incomplete, its later ones are not asked
+  // (incomplete()): each call queries about one fence per stream, however
+  // many a GPU that runs behind has in flight (every slow-path call asks).
+  CallScope one_look(*this);
   std::erase_if(fences_, [&](const Fence& f) {
-    if (std::find(behind.begin(), behind.end(), f.source) != behind.end()) return false;
-    if (incomplete(f.event, f.source, f.seq)) {
-      behind.push_back(f.source);
-      return false;
-    }
+    if (incomplete(f.event, f.source, f.seq)) return false;
     event_pool_.push_back(f.event);
     return true;
   });
@@ -274,17 +270,11 @@ void StreamScheduler::finish(Pending* p) {
   delete_pending(p);
 }
 
-bool StreamScheduler::events_complete(Pending* p, Behind& behind) {
+bool StreamScheduler::events_complete(Pending* p) {
   for (; p->events_done < p->events.size(); ++p->events_done) {
     const std::size_t i = p->events_done;
     const StreamHandle s = i < p->used_on.size() ? p->used_on[i] : p->stream;
-    if (std::any_of(behind.begin(), behind.end(),
-                    [&](const auto& b) { return b.first == s && b.second < p->seq; }))
-      return false;
-    if (incomplete(p->events[i], s, p->seq + i)) {
-      behind.emplace_back(s, p->seq);
-      return false;
-    }
+    if (incomplete(p->events[i], s, p->seq + i)) return false;
   }
   return true;
 }

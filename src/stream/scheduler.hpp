@@ -59,15 +59,15 @@ class StreamScheduler {
   // Records the open direct fence, if any, so that it can complete.
   void close_direct_fence();
 
-  // One allocation's slow path: an event found incomplete in it is taken
-  // as still incomplete until it ends, and so are the events recorded after
-  // it on its stream (events on a stream complete in order): not asked.
+  // One allocation's slow path (or one harvest): an event found incomplete
+  // in it is taken as still incomplete until it ends, and so are the events
+  // recorded after it on its stream (events on a stream complete in order):
+  // they are not asked. Scopes nest.
   class CallScope {
    public:
-    explicit CallScope(StreamScheduler& s) : s_(s) { s_.in_call_ = true; }
+    explicit CallScope(StreamScheduler& s) : s_(s) { ++s_.call_depth_; }
     ~CallScope() {
-      s_.in_call_ = false;
-      s_.behind_.clear();
+      if (--s_.call_depth_ == 0) s_.behind_.clear();
     }
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
@@ -179,7 +179,7 @@ class StreamScheduler {
   std::uint64_t record(EventHandle event, StreamHandle stream);
   // The event of record `seq` on `stream` has not completed (an error counts
   // as complete: its work can no longer be waited for). In a CallScope it is
-  // not asked where an earlier record of the stream was found incomplete.
+  // not asked where a record of the stream no later was found incomplete.
   bool incomplete(EventHandle event, StreamHandle stream, std::uint64_t seq);
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
@@ -198,12 +198,9 @@ class StreamScheduler {
     finish(p);
     release(b);
   }
-  // Streams with an event found not complete, and its block's seq: events
-  // recorded on such a stream later are not complete either.
-  using Behind = std::vector<std::pair<StreamHandle, std::uint64_t>>;
   // Every event of record_stream block `p` has completed; asks only events
-  // not known complete and not recorded after one found incomplete.
-  bool events_complete(Pending* p, Behind& behind);
+  // not known complete (and, in a CallScope, see incomplete()).
+  bool events_complete(Pending* p);
   // Streams whose queued work pending blocks wait for; false if one of them
   // (or a stream that would wait) is capturing.
   bool fence_sources(std::vector<StreamHandle>* out);
@@ -260,7 +257,7 @@ class StreamScheduler {
   bool direct_free_;
   std::uint64_t last_fence_ = 0;
   std::uint64_t records_ = 0;  // events recorded so far
-  bool in_call_ = false;       // inside a CallScope
+  int call_depth_ = 0;         // CallScopes open
   // In a CallScope: streams with an event found incomplete, and its record.
   std::vector<std::pair<StreamHandle, std::uint64_t>> behind_;
   std::size_t pending_count_ = 0;
@@ -304,15 +301,15 @@ std::size_t StreamScheduler::retire_batches(StreamHandle stream, StreamState& st
 template <class Release>
 std::size_t StreamScheduler::harvest(Release&& release) {
   constexpr std::size_t kAll = SIZE_MAX;
+  CallScope one_look(*this);
   std::size_t released = 0;
   for (auto& [stream, st] : streams_) released += retire_batches(stream, st, kAll, kAll, release);
   for (StreamState& st : retired_) released += retire_batches(nullptr, st, kAll, kAll, release);
   std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
   // In the order they were freed, so that a stream found behind spares the
   // queries of every later block's event there.
-  Behind behind;
   std::erase_if(tagged_, [&](Pending* p) {
-    if (!events_complete(p, behind)) return false;
+    if (!events_complete(p)) return false;
     finish_and_release(p, release);
     ++released;
     return true;
