@@ -116,12 +116,8 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64
   // on a GPU) are closed only before the lake would map: until then their
   // blocks stay where a same-size request on their stream takes them back.
   const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
-  // With one stream in use, no other stream can be given what it freed
-  // before that stream waits on everything (StreamScheduler::known_stream).
-  const bool others_wait = !scheduler_.direct(stream);
-  const auto release_fenced = [this, others_wait](const StreamScheduler::Block& b,
-                                                  std::uint64_t fence) {
-    lake_.free(b.ptr, fence, others_wait);
+  const auto release_fenced = [this](const StreamScheduler::Block& b, std::uint64_t fence) {
+    lake_.free(b.ptr, fence);
   };
   const bool may_order_streams = config_.cross_stream_wait && config_.fence;
   lake_.fences_completed(scheduler_.completed_fences());

@@ -23,7 +23,7 @@ StreamScheduler::~StreamScheduler() {
       for (std::size_t i = b.done; i < b.blocks.size(); ++i) delete_pending(b.blocks[i]);
   };
   for (auto& [stream, st] : streams_) drop(st);
-  for (StreamState& st : retired_) drop(st);
+  for (auto& [stream, st] : retired_) drop(st);
   for (Pending* p : tagged_) delete_pending(p);
   for (EventHandle e : all_events_) backend_.event_destroy(e);
 }
@@ -186,7 +186,7 @@ void StreamScheduler::forget_stream(StreamHandle stream) {
   // stream any more: a later stream may get the same handle.
   for (auto& [size, p] : st.by_size) p->indexed = false;
   st.by_size.clear();
-  retired_.push_back(std::move(st));
+  retired_.emplace_back(stream, std::move(st));
   streams_.erase(it);
 }
 

@@ -52,10 +52,6 @@ class StreamScheduler {
   // not in that state: defer() the block.
   template <class Release>
   bool defer_direct(Block block, StreamHandle stream, Release&& release);
-  // `stream` is the only stream in use and frees on it are direct.
-  bool direct(StreamHandle stream) const {
-    return direct_free_ && streams_.size() == 1 && streams_.begin()->first == stream;
-  }
   // Records the open direct fence, if any, so that it can complete.
   void close_direct_fence();
 
@@ -184,6 +180,10 @@ class StreamScheduler {
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
+  // `stream` is the only stream in use and frees on it are direct.
+  bool direct(StreamHandle stream) const {
+    return direct_free_ && streams_.size() == 1 && streams_.begin()->first == stream;
+  }
   // The fence direct frees go to the lake under (opened on first use).
   std::uint64_t direct_fence(StreamHandle stream);
   void unindex(Pending* p);
@@ -217,7 +217,6 @@ class StreamScheduler {
   void wait_on_fences(StreamHandle stream);
   // Retires `st`'s closed batches oldest first while their events have
   // completed, at most `limit` blocks and `queries` event queries.
-  // `stream`: nullptr for a forgotten stream's state.
   template <class Release>
   std::size_t retire_batches(StreamHandle stream, StreamState& st, std::size_t limit,
                              std::size_t queries, Release& release);
@@ -229,8 +228,10 @@ class StreamScheduler {
   std::size_t free_batch_bytes_;
   NodePool pool_;  // before every container that draws from it
   std::unordered_map<StreamHandle, StreamState> streams_;
-  std::vector<StreamState> retired_;  // forgotten streams with batches in flight
-  std::vector<Pending*> tagged_;      // blocks with record_stream events
+  // Forgotten streams with batches in flight. A later stream may get the
+  // same handle: incomplete() then only asks less, never hands out early.
+  std::vector<std::pair<StreamHandle, StreamState>> retired_;
+  std::vector<Pending*> tagged_;  // blocks with record_stream events
   using Where =
       std::unordered_map<DevicePtr, Pending*, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
                          PoolAllocator<std::pair<const DevicePtr, Pending*>>>;
@@ -275,9 +276,7 @@ std::size_t StreamScheduler::retire_batches(StreamHandle stream, StreamState& st
       if (queries-- == 0) break;
       // An error here means the event (or its stream) is gone; its work can
       // no longer be waited for, so treat the batch as complete.
-      if (stream ? incomplete(batch.event, stream, batch.seq)
-                 : backend_.event_query(batch.event) == Status::not_ready)
-        break;
+      if (incomplete(batch.event, stream, batch.seq)) break;
       batch.complete = true;
     }
     for (; batch.done < batch.blocks.size(); ++batch.done) {
@@ -304,8 +303,8 @@ std::size_t StreamScheduler::harvest(Release&& release) {
   CallScope one_look(*this);
   std::size_t released = 0;
   for (auto& [stream, st] : streams_) released += retire_batches(stream, st, kAll, kAll, release);
-  for (StreamState& st : retired_) released += retire_batches(nullptr, st, kAll, kAll, release);
-  std::erase_if(retired_, [](const StreamState& st) { return st.closed.empty(); });
+  for (auto& [stream, st] : retired_) released += retire_batches(stream, st, kAll, kAll, release);
+  std::erase_if(retired_, [](const auto& r) { return r.second.closed.empty(); });
   // In the order they were freed, so that a stream found behind spares the
   // queries of every later block's event there.
   std::erase_if(tagged_, [&](Pending* p) {
