@@ -42,6 +42,7 @@
   X(reserve_hits,            counter, "requests needing new memory that found it in the reserve")\
   X(reserve_misses,          counter, "requests that created chunks on the caller thread")     \
   X(events_recorded,         counter, "stream events recorded for deferred frees")             \
+  X(event_queries,           counter, "stream event queries made to retire deferred frees")    \
   X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
   X(fences,                  counter, "times all pending frees were made free for every stream")\
   X(own_releases,            counter, "times a stream's pending frees were made free before mapping")\

@@ -57,6 +57,7 @@ bool StreamScheduler::incomplete(EventHandle event, StreamHandle stream, std::ui
         return b.first == stream && b.second <= seq;
       }))
     return true;
+  ++stats_.event_queries.current;
   if (backend_.event_query(event) != Status::not_ready) return false;
   if (call_depth_ != 0) behind_.emplace_back(stream, seq);
   return true;

@@ -114,6 +114,48 @@ TEST(TraceReplay, MemlakeReplayOnTheHostBackend) {
   EXPECT_EQ(r.reserved_series.size(), 3u);  // buckets of 2 events
 }
 
+std::int64_t changed(const SlowAlloc& a, std::string_view stat) {
+  for (const auto& [name, delta] : a.changed)
+    if (name == stat) return delta;
+  return 0;
+}
+
+TEST(TraceReplay, SlowestAllocationsCarryTheStatsTheyChanged) {
+  // The first block needs new memory; the second takes its place back.
+  const Trace t = parse_trace(
+      "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,free,1,4194304,0\n"
+      "2,alloc,2,4194304,0\n3,free,2,4194304,0\n",
+      "slowest.csv");
+  const std::vector<std::uint32_t> alloc_of = match_frees(t);
+  ReplaySetup setup;
+  setup.trace = &t;
+  setup.alloc_of = &alloc_of;
+  setup.warmup_fraction = 0;
+  setup.slowest = 5;
+  const MemlakeResult r = replay_memlake(setup, host_config(0));
+  ASSERT_EQ(r.slowest.size(), 2u);
+  EXPECT_GE(r.slowest[0].ns, r.slowest[1].ns);
+  const SlowAlloc& fresh = r.slowest[0].event == 0 ? r.slowest[0] : r.slowest[1];
+  const SlowAlloc& reused = r.slowest[0].event == 0 ? r.slowest[1] : r.slowest[0];
+  EXPECT_EQ(reused.event, 2u);
+  EXPECT_EQ(fresh.path, AllocPath::fresh);
+  EXPECT_EQ(changed(fresh, "reserved_bytes"), static_cast<std::int64_t>(4 * MiB));
+  EXPECT_GE(changed(fresh, "chunks_created"), 1);
+  EXPECT_GE(changed(fresh, "critical_path_vmm_calls"), 3);  // create, map, set access
+  EXPECT_EQ(changed(reused, "chunks_created"), 0);
+  EXPECT_EQ(changed(reused, "critical_path_vmm_calls"), 0);
+  // What every allocation changes is left out.
+  for (const SlowAlloc& a : r.slowest) {
+    EXPECT_EQ(changed(a, "allocs"), 0);
+    EXPECT_EQ(changed(a, "live_bytes"), 0);
+  }
+
+  setup.slowest = 1;
+  EXPECT_EQ(replay_memlake(setup, host_config(0)).slowest.size(), 1u);
+  setup.timing = false;
+  EXPECT_TRUE(replay_memlake(setup, host_config(0)).slowest.empty());
+}
+
 TEST(TraceReplay, MemlakeReportsWhereItRunsOutOfMemory) {
   // Three live 4 MiB blocks cannot fit in 8 MiB.
   const Trace t = parse_trace(

@@ -82,6 +82,11 @@ options:
                          (PyTorch's allocator with GMLake's 2 MiB rounding)
   --warmup FRACTION      share of the events counted as warm-up for
                          critical_path_vmm_calls_after_warmup (default 0.3)
+  --slowest N            list the N slowest allocations after warm-up, each
+                         with the stats it changed (event records and
+                         queries, VMM calls, lock waits, bytes retired); a
+                         stats snapshot around every allocation after
+                         warm-up, outside its timing
   --json                 one JSON object per trace per line, instead of tables
   --svg FILE             memory over time: live bytes, reserved bytes of
                          memlake and of the GMLake policy, the baselines'
@@ -107,6 +112,7 @@ struct Options {
   bool cuda_async = false;  // --allocator cudaMallocAsync
   GmlakeOptions gmlake;
   double warmup = 0.3;
+  std::size_t slowest = 0;
   bool json = false;
   std::string svg;
   bool svg_ts = false;
@@ -250,6 +256,14 @@ Options parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(o.warmup >= 0 && o.warmup <= 1)) {
         throw UsageError("--warmup: expected a fraction between 0 and 1, got '" + v + "'");
       }
+    } else if (arg == "--slowest") {
+      const std::string v = need();
+      char* end = nullptr;
+      const unsigned long long k = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || v[0] == '-' || k > 100000) {
+        throw UsageError("--slowest: expected a count from 0 to 100000, got '" + v + "'");
+      }
+      o.slowest = static_cast<std::size_t>(k);
     } else if (arg == "--json") {
       flag();
       o.json = true;
@@ -397,6 +411,7 @@ int run(const Options& o) {
     setup.trace = &t;
     setup.alloc_of = &l.alloc_of;
     setup.warmup_fraction = o.warmup;
+    setup.slowest = o.slowest;
     setup.series_points = o.svg.empty() ? 0 : kSvgPoints;
     setup.progress.enabled = tty;
     ReplaySetup quiet = setup;

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
@@ -64,6 +66,49 @@ class PathRecorder final : public Observer {
  public:
   void on_alloc(void*, std::size_t, void*, AllocPath path) override { last = path; }
   AllocPath last = AllocPath::stream_cache;
+};
+
+// The stats an allocation changed, other than the ones every allocation does.
+std::vector<std::pair<const char*, std::int64_t>> stats_changed(const Stats& before,
+                                                                const Stats& after) {
+  std::vector<std::pair<const char*, std::int64_t>> changed;
+#define MEMLAKE_STAT_DELTA(name, kind, help)                                 \
+  if (after.name.current != before.name.current)                             \
+    changed.emplace_back(#name, after.name.current - before.name.current);
+  MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_DELTA)
+#undef MEMLAKE_STAT_DELTA
+  std::erase_if(changed, [](const auto& c) {
+    const std::string_view name = c.first;
+    return name == "allocs" || name == "live_bytes" || name == "requested_bytes" ||
+           name.starts_with("path_");
+  });
+  return changed;
+}
+
+// Keeps the `keep` slowest allocations seen (a min-heap on time).
+class SlowestAllocs {
+ public:
+  explicit SlowestAllocs(std::size_t keep) : keep_(keep) {}
+  bool wants(std::uint32_t ns) const {
+    return keep_ != 0 && (heap_.size() < keep_ || ns > heap_.front().ns);
+  }
+  void add(SlowAlloc a) {
+    heap_.push_back(std::move(a));
+    std::push_heap(heap_.begin(), heap_.end(), faster);
+    if (heap_.size() > keep_) {
+      std::pop_heap(heap_.begin(), heap_.end(), faster);
+      heap_.pop_back();
+    }
+  }
+  std::vector<SlowAlloc> slowest_first() {
+    std::sort_heap(heap_.begin(), heap_.end(), faster);
+    return std::move(heap_);
+  }
+
+ private:
+  static bool faster(const SlowAlloc& a, const SlowAlloc& b) { return a.ns > b.ns; }
+  std::size_t keep_;
+  std::vector<SlowAlloc> heap_;
 };
 
 std::string where(const Trace& t, std::size_t i) {
@@ -138,6 +183,8 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
                                            std::clamp(setup.warmup_fraction, 0.0, 1.0)));
   r.warmup_events = warm;
   Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
+  SlowestAllocs slowest(setup.timing ? setup.slowest : 0);
+  Stats before;
   ProgressBar bar(setup.progress, n);
 
   const Clock::time_point start = Clock::now();
@@ -162,6 +209,8 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
     const Event& e = t.events[i];
     if (e.op == TraceOp::alloc) {
       void* p = nullptr;
+      const bool explain = setup.slowest != 0 && setup.timing && i >= warm;
+      if (explain) before = alloc.stats();
       const Clock::time_point t0 = Clock::now();
       try {
         p = alloc.allocate(e.bytes, stream_of[i]);
@@ -179,6 +228,8 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
       if (setup.timing) {
         alloc_ns.push_back(ns_between(t0, t1));
         alloc_path.push_back(static_cast<std::uint8_t>(recorder.last));
+        if (explain && slowest.wants(alloc_ns.back()))
+          slowest.add({i, alloc_ns.back(), recorder.last, stats_changed(before, alloc.stats())});
       }
       // An allocator that hands out a live address is broken; say so here
       // rather than at some later free.
@@ -209,6 +260,7 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
     bar.tick(i);
   }
   r.seconds = seconds_since(start);
+  r.slowest = slowest.slowest_first();
   if (n > 0) close_tenth();
   r.events_replayed = i;
   r.stats = alloc.stats();
@@ -249,6 +301,8 @@ GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& option
   GmlakeResult r;
   GmlakePolicy policy(options);
   Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
+  SlowestAllocs slowest(setup.timing ? setup.slowest : 0);
+  Stats before;
   ProgressBar bar(setup.progress, n);
   const Clock::time_point start = Clock::now();
   std::size_t i = 0;

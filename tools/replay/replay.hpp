@@ -60,7 +60,19 @@ struct ReplaySetup {
   double warmup_fraction = 0.3;
   bool timing = true;
   std::size_t series_points = 0;  // 0: no series
+  // Keep the this many slowest allocations after warm-up, each with what it
+  // changed in the stats (a stats snapshot around every one of them).
+  std::size_t slowest = 0;
   Progress progress;
+};
+
+// One of the slowest allocations after warm-up, and the stats it moved:
+// events recorded and queried, VMM calls, lock waits, bytes retired.
+struct SlowAlloc {
+  std::size_t event = 0;  // index into the trace's events
+  std::uint32_t ns = 0;
+  AllocPath path = AllocPath::stream_cache;
+  std::vector<std::pair<const char*, std::int64_t>> changed;  // stat name, change of current
 };
 
 struct MemlakeResult {
@@ -83,6 +95,7 @@ struct MemlakeResult {
   Percentiles alloc_ns_after_warmup;
   std::array<Percentiles, kAllocPathCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
+  std::vector<SlowAlloc> slowest;  // slowest first
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket
 };

@@ -150,6 +150,22 @@ std::string percentiles_json(const Percentiles& p) {
   return Json().key("count").u(p.count).key("median").u(p.median).key("p99").u(p.p99).done();
 }
 
+std::string slowest_json(const Trace& t, const std::vector<SlowAlloc>& slowest) {
+  std::string list;
+  for (const SlowAlloc& a : slowest) {
+    Json changed;
+    for (const auto& [name, delta] : a.changed) changed.key(name).i(delta);
+    const Event& e = t.events[a.event];
+    Json j;
+    j.key("line").u(t.lines[a.event]).key("bytes").u(e.bytes).key("stream").u(e.stream);
+    j.key("ns").u(a.ns).key("path").str(alloc_path_name(a.path));
+    j.key("changed").raw(changed.done());
+    if (!list.empty()) list += ',';
+    list += j.done();
+  }
+  return "[" + list + "]";
+}
+
 std::string gmlake_json(const TraceReport& r) {
   const GmlakeResult& g = r.gmlake;
   const GmlakeCounters& c = g.counters;
@@ -285,6 +301,15 @@ void print_table(std::FILE* out, const TraceReport& r) {
            "allocate median/p99 ns " + count(m.alloc_ns_after_warmup.median) + "/" +
                count(m.alloc_ns_after_warmup.p99) + "; by path " + by_path);
     }
+    for (const SlowAlloc& a : m.slowest) {
+      const Event& e = t.events[a.event];
+      std::string changed;
+      for (const auto& [name, delta] : a.changed)
+        changed += std::string(changed.empty() ? "" : ", ") + name + " " + std::to_string(delta);
+      line(out, "  slow", count(a.ns) + " ns, line " + count(t.lines[a.event]) + ", " +
+                              mib(e.bytes) + " on stream " + std::to_string(e.stream) + ", " +
+                              alloc_path_name(a.path) + (changed.empty() ? "" : ": " + changed));
+    }
     line(out, "worker",
          count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
              " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
@@ -391,6 +416,7 @@ std::string json_line(const TraceReport& r) {
       by_path.key(alloc_path_name(static_cast<AllocPath>(p)))
           .raw(percentiles_json(m.alloc_ns_after_warmup_by_path[p]));
     j.key("alloc_ns_after_warmup_by_path").raw(by_path.done());
+    if (!m.slowest.empty()) j.key("slowest_allocs").raw(slowest_json(t, m.slowest));
     j.key("stitches").i(s.stitches.current).key("ooms").i(s.ooms.current);
     Json paths;
     paths.key("stream_cache").i(s.path_stream_cache.current).key("exact").i(s.path_exact.current);
