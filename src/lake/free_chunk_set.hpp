@@ -126,7 +126,11 @@ class FreeChunkSet {
     if (b == buckets_.end() || !test(b->second.words, v.second)) return;
     b->second.words[v.second / 64] &= ~(std::uint64_t{1} << (v.second % 64));
     --count_;
-    if (--b->second.count == 0) buckets_.erase(b);  // no empty buckets: walks skip none
+    // An emptied bucket stays (walks skip it; there is one per chunk size
+    // ever seen): a lake whose chunks are all one size empties and refills
+    // it whenever its last free chunk is claimed, and dropping it cost a
+    // tree node and a bitset each time.
+    --b->second.count;
   }
   std::size_t count(const value_type& v) const {
     auto b = buckets_.find(v.first);
@@ -151,9 +155,11 @@ class FreeChunkSet {
   }
   // The first set id >= `from` in bucket `b`, or else in the buckets after it.
   const_iterator next_from(Buckets::const_iterator b, std::size_t from) const {
-    for (; b != buckets_.end(); ++b, from = 0)
+    for (; b != buckets_.end(); ++b, from = 0) {
+      if (b->second.count == 0) continue;
       if (const std::size_t id = first_set_from(b->second.words, from); id != kNoBit)
         return {this, b, static_cast<ChunkId>(id)};
+    }
     return end();
   }
   // The last set id < `before` in bucket `b` (b may be end()), or else in the
@@ -165,7 +171,9 @@ class FreeChunkSet {
       before = b->second.words.size() * 64;
     }
     for (;;) {
-      if (const std::size_t id = last_set_before(b->second.words, before); id != kNoBit)
+      if (const std::size_t id = b->second.count == 0 ? kNoBit
+                                                      : last_set_before(b->second.words, before);
+          id != kNoBit)
         return {this, b, static_cast<ChunkId>(id)};
       if (b == buckets_.begin()) return end();
       --b;

@@ -81,5 +81,28 @@ TEST(FreeChunkSet, IdsAcrossWordBoundariesWalkBothWays) {
   EXPECT_EQ(s.upper_bound({4, 5}), s.end());
 }
 
+TEST(FreeChunkSet, EmptiedSizesAreSkippedBothWays) {
+  FreeChunkSet s;
+  s.emplace(2, 1);
+  s.emplace(4, 2);
+  s.emplace(6, 3);
+  s.erase({4, 2});  // a size in the middle with nothing left
+  EXPECT_EQ(forwards(s), (std::vector<Value>{{2, 1}, {6, 3}}));
+  EXPECT_EQ(backwards(s), (std::vector<Value>{{6, 3}, {2, 1}}));
+  EXPECT_EQ(*s.lower_bound({3, 0}), (Value{6, 3}));
+  EXPECT_EQ(*s.lower_bound({4, 0}), (Value{6, 3}));
+  EXPECT_EQ(s.count({4, 2}), 0u);
+  s.erase({6, 3});  // and the largest size
+  EXPECT_EQ(*s.rbegin(), (Value{2, 1}));
+  EXPECT_EQ(s.lower_bound({4, 0}), s.end());
+  s.erase({2, 1});
+  EXPECT_TRUE(s.empty());
+  EXPECT_EQ(s.begin(), s.end());
+  EXPECT_EQ(s.rbegin(), s.rend());
+  s.emplace(4, 9);  // a size comes back
+  EXPECT_EQ(forwards(s), (std::vector<Value>{{4, 9}}));
+  EXPECT_EQ(backwards(s), (std::vector<Value>{{4, 9}}));
+}
+
 }  // namespace
 }  // namespace memlake::lake
