@@ -114,6 +114,20 @@ TEST(TraceReplay, MemlakeReplayOnTheHostBackend) {
   EXPECT_EQ(r.reserved_series.size(), 3u);  // buckets of 2 events
 }
 
+// A trace from CSV text with what replaying it needs.
+struct Replayable {
+  Replayable(std::string_view csv, const char* name)
+      : trace(parse_trace(csv, name)), alloc_of(match_frees(trace)) {
+    setup.trace = &trace;
+    setup.alloc_of = &alloc_of;
+  }
+  Replayable(const Replayable&) = delete;
+  Replayable& operator=(const Replayable&) = delete;
+  Trace trace;
+  std::vector<std::uint32_t> alloc_of;
+  ReplaySetup setup;
+};
+
 std::int64_t changed(const SlowAlloc& a, std::string_view stat) {
   for (const auto& [name, delta] : a.changed)
     if (name == stat) return delta;
@@ -122,14 +136,11 @@ std::int64_t changed(const SlowAlloc& a, std::string_view stat) {
 
 TEST(TraceReplay, SlowestAllocationsCarryTheStatsTheyChanged) {
   // The first block needs new memory; the second takes its place back.
-  const Trace t = parse_trace(
+  Replayable t(
       "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,free,1,4194304,0\n"
       "2,alloc,2,4194304,0\n3,free,2,4194304,0\n",
       "slowest.csv");
-  const std::vector<std::uint32_t> alloc_of = match_frees(t);
-  ReplaySetup setup;
-  setup.trace = &t;
-  setup.alloc_of = &alloc_of;
+  ReplaySetup& setup = t.setup;
   setup.warmup_fraction = 0;
   setup.slowest = 5;
   const MemlakeResult r = replay_memlake(setup, host_config(0));
@@ -158,14 +169,12 @@ TEST(TraceReplay, SlowestAllocationsCarryTheStatsTheyChanged) {
 
 TEST(TraceReplay, MemlakeReportsWhereItRunsOutOfMemory) {
   // Three live 4 MiB blocks cannot fit in 8 MiB.
-  const Trace t = parse_trace(
+  Replayable replayable(
       "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,alloc,2,4194304,0\n"
       "2,alloc,3,4194304,0\n3,free,1,4194304,0\n",
       "oom.csv");
-  const std::vector<std::uint32_t> alloc_of = match_frees(t);
-  ReplaySetup setup;
-  setup.trace = &t;
-  setup.alloc_of = &alloc_of;
+  const Trace& t = replayable.trace;
+  const ReplaySetup& setup = replayable.setup;
   const MemlakeResult r = replay_memlake(setup, host_config(8 * MiB));
   EXPECT_FALSE(r.fits);
   ASSERT_TRUE(r.oom_event.has_value());
