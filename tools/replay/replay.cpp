@@ -72,8 +72,8 @@ class PathRecorder final : public Observer {
 std::vector<std::pair<const char*, std::int64_t>> stats_changed(const Stats& before,
                                                                 const Stats& after) {
   std::vector<std::pair<const char*, std::int64_t>> changed;
-#define MEMLAKE_STAT_DELTA(name, kind, help)                                 \
-  if (after.name.current != before.name.current)                             \
+#define MEMLAKE_STAT_DELTA(name, kind, help)     \
+  if (after.name.current != before.name.current) \
     changed.emplace_back(#name, after.name.current - before.name.current);
   MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_DELTA)
 #undef MEMLAKE_STAT_DELTA

@@ -306,9 +306,10 @@ void print_table(std::FILE* out, const TraceReport& r) {
       std::string changed;
       for (const auto& [name, delta] : a.changed)
         changed += std::string(changed.empty() ? "" : ", ") + name + " " + std::to_string(delta);
-      line(out, "  slow", count(a.ns) + " ns, line " + count(t.lines[a.event]) + ", " +
-                              mib(e.bytes) + " on stream " + std::to_string(e.stream) + ", " +
-                              alloc_path_name(a.path) + (changed.empty() ? "" : ": " + changed));
+      line(out, "  slow",
+           count(a.ns) + " ns, line " + count(t.lines[a.event]) + ", " + mib(e.bytes) +
+               " on stream " + std::to_string(e.stream) + ", " + alloc_path_name(a.path) +
+               (changed.empty() ? "" : ": " + changed));
     }
     line(out, "worker",
          count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
