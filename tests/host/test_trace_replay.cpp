@@ -10,6 +10,7 @@
 // Compiled in here like the policy (test_gmlake_policy.cpp), since the
 // replay code belongs to the tool, not to the library.
 #include "tools/replay/replay.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "tools/replay/steps.cpp"   // NOLINT(bugprone-suspicious-include)
 
 namespace memlake {
 namespace {
@@ -165,6 +166,51 @@ TEST(TraceReplay, SlowestAllocationsCarryTheStatsTheyChanged) {
   EXPECT_EQ(replay_memlake(setup, host_config(0)).slowest.size(), 1u);
   setup.timing = false;
   EXPECT_TRUE(replay_memlake(setup, host_config(0)).slowest.empty());
+}
+
+// Parameters allocated once, then `steps` steps of two activations freed
+// at the step's end, then the parameters freed.
+std::string stepped_trace(int steps) {
+  std::string csv = "ts_us,op,id,bytes,stream\n0,alloc,1,104857600,0\n";
+  int id = 2;
+  for (int s = 0; s < steps; ++s) {
+    const int a = id++, b = id++;
+    csv += "0,alloc," + std::to_string(a) + ",52428800,0\n";
+    csv += "0,alloc," + std::to_string(b) + ",31457280,0\n";
+    csv += "0,free," + std::to_string(b) + ",31457280,0\n";
+    csv += "0,free," + std::to_string(a) + ",52428800,0\n";
+  }
+  return csv + "0,free,1,104857600,0\n";
+}
+
+TEST(TraceReplay, StepsAreFoundWhereLiveBytesReturnToTheirLow) {
+  const Trace t = parse_trace(stepped_trace(6), "steps.csv");
+  // Each step after the first begins after the last free of the one before;
+  // the return to the low at the very end begins none.
+  EXPECT_EQ(detect_steps(t), (std::vector<std::size_t>{5, 9, 13, 17, 21}));
+  EXPECT_TRUE(detect_steps(parse_trace(stepped_trace(2), "two.csv")).empty());
+  // Live bytes that only grow show no steps.
+  EXPECT_TRUE(detect_steps(parse_trace("ts_us,op,id,bytes,stream\n0,alloc,1,1048576,0\n"
+                                       "0,alloc,2,1048576,0\n0,alloc,3,1048576,0\n",
+                                       "grow.csv"))
+                  .empty());
+}
+
+TEST(TraceReplay, PerStepStatsShowTheSteadyState) {
+  Replayable replayable(stepped_trace(6), "steps.csv");
+  const MemlakeResult r = replay_memlake(replayable.setup, host_config(0));
+  ASSERT_EQ(r.steps.size(), 6u);
+  EXPECT_EQ(r.steps[0].first_event, 0u);
+  EXPECT_EQ(r.steps[1].first_event, 5u);
+  // The first step makes the memory; repeated steps find it mapped.
+  EXPECT_GT(r.steps[0].critical_path_vmm_calls, 0);
+  for (std::size_t s = 1; s < r.steps.size(); ++s) {
+    EXPECT_EQ(r.steps[s].critical_path_vmm_calls, 0) << "step " << s;
+    EXPECT_EQ(r.steps[s].alloc_ns.count, 2u) << "step " << s;
+  }
+  std::int64_t total = 0;
+  for (const StepReport& s : r.steps) total += s.critical_path_vmm_calls;
+  EXPECT_EQ(total, r.stats.critical_path_vmm_calls.current);
 }
 
 TEST(TraceReplay, MemlakeReportsWhereItRunsOutOfMemory) {

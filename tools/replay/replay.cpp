@@ -12,6 +12,7 @@
 
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
+#include "steps.hpp"
 
 namespace memlake {
 
@@ -192,6 +193,28 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   std::int64_t critical_at_tenth = 0;
   std::size_t allocs_at_tenth = 0;
   std::size_t allocs_at_warmup = 0;
+  const std::vector<std::size_t> step_starts = detect_steps(t);
+  std::size_t next_step = 0;
+  Stats at_step;
+  std::size_t allocs_at_step = 0;
+  auto close_step = [&](std::size_t first_event) {
+    const Stats now = alloc.stats();
+    StepReport step;
+    step.first_event = first_event;
+    step.critical_path_vmm_calls =
+        now.critical_path_vmm_calls.current - at_step.critical_path_vmm_calls.current;
+    step.worker_vmm_calls = now.worker_vmm_calls.current - at_step.worker_vmm_calls.current;
+    step.reserve_hits = now.reserve_hits.current - at_step.reserve_hits.current;
+    step.reserve_misses = now.reserve_misses.current - at_step.reserve_misses.current;
+    step.prestitch_hits = now.prestitch_hits.current - at_step.prestitch_hits.current;
+    step.prestitch_misses = now.prestitch_misses.current - at_step.prestitch_misses.current;
+    step.alloc_ns = percentiles(std::vector<std::uint32_t>(
+        alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_step), alloc_ns.end()));
+    r.steps.push_back(step);
+    at_step = now;
+    allocs_at_step = alloc_ns.size();
+  };
+  std::size_t step_began = 0;
   auto close_tenth = [&] {
     const std::int64_t now = alloc.stats().critical_path_vmm_calls.current;
     r.critical_path_by_tenth.push_back(now - critical_at_tenth);
@@ -206,6 +229,11 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
       allocs_at_warmup = alloc_ns.size();
     }
     if (i > 0 && i * 10 / n != (i - 1) * 10 / n) close_tenth();
+    if (next_step < step_starts.size() && i == step_starts[next_step]) {
+      close_step(step_began);
+      step_began = i;
+      ++next_step;
+    }
     const Event& e = t.events[i];
     if (e.op == TraceOp::alloc) {
       void* p = nullptr;
@@ -262,6 +290,7 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   r.seconds = seconds_since(start);
   r.slowest = slowest.slowest_first();
   if (n > 0) close_tenth();
+  if (!step_starts.empty()) close_step(step_began);
   r.events_replayed = i;
   r.stats = alloc.stats();
   if (!r.warmup && i == warm) r.warmup = r.stats;

@@ -75,6 +75,16 @@ struct SlowAlloc {
   std::vector<std::pair<const char*, std::int64_t>> changed;  // stat name, change of current
 };
 
+// One training step of the trace (detect_steps): what the allocator did in it.
+struct StepReport {
+  std::size_t first_event = 0;
+  std::int64_t critical_path_vmm_calls = 0;
+  std::int64_t worker_vmm_calls = 0;
+  std::int64_t reserve_hits = 0, reserve_misses = 0;
+  std::int64_t prestitch_hits = 0, prestitch_misses = 0;
+  Percentiles alloc_ns;
+};
+
 struct MemlakeResult {
   std::string backend;
   std::size_t capacity = 0;
@@ -90,6 +100,9 @@ struct MemlakeResult {
   // (a new phase of the training run, or its steady state).
   std::vector<std::int64_t> critical_path_by_tenth;
   std::vector<Percentiles> alloc_ns_by_tenth;
+  // The same per training step, where the trace shows steps (detect_steps);
+  // the first entry is everything before the first step's start.
+  std::vector<StepReport> steps;
   // Allocations after warm-up, all and by the path that served them: which
   // rung of the ladder the slow tail comes from.
   Percentiles alloc_ns_after_warmup;

@@ -288,6 +288,25 @@ void print_table(std::FILE* out, const TraceReport& r) {
     }
     if (!m.alloc_ns_by_tenth.empty())
       line(out, "  by tenth", p99s + " (allocate p99 ns in each tenth)");
+    if (!m.steps.empty()) {
+      auto per_step = [&](auto value) {
+        std::string row;
+        for (const StepReport& step : m.steps) {
+          if (!row.empty()) row += ' ';
+          row += count(static_cast<std::uint64_t>(value(step)));
+        }
+        return row;
+      };
+      line(out, "  by step",
+           per_step([](const StepReport& st) { return st.critical_path_vmm_calls; }) +
+               " (critical-path VMM calls in each of " + count(m.steps.size()) +
+               " steps found from live bytes; the first is all before the first step)");
+      line(out, "  by step", per_step([](const StepReport& st) {
+                               return st.worker_vmm_calls;
+                             }) + " (worker VMM calls)");
+      line(out, "  by step",
+           per_step([](const StepReport& st) { return st.alloc_ns.p99; }) + " (allocate p99 ns)");
+    }
     if (m.alloc_ns_after_warmup.count) {
       std::string by_path;
       for (int p = 0; p < kAllocPathCount; ++p) {
@@ -411,6 +430,22 @@ std::string json_line(const TraceReport& r) {
       p99s += std::to_string(p.p99);
     }
     j.key("alloc_ns_p99_by_tenth").raw("[" + p99s + "]");
+    if (!m.steps.empty()) {
+      std::string steps;
+      for (const StepReport& st : m.steps) {
+        Json step;
+        step.key("first_event").u(st.first_event).key("first_line").u(t.lines[st.first_event]);
+        step.key("critical_path_vmm_calls").i(st.critical_path_vmm_calls);
+        step.key("worker_vmm_calls").i(st.worker_vmm_calls);
+        step.key("reserve_hits").i(st.reserve_hits).key("reserve_misses").i(st.reserve_misses);
+        step.key("prestitch_hits").i(st.prestitch_hits);
+        step.key("prestitch_misses").i(st.prestitch_misses);
+        step.key("alloc_ns").raw(percentiles_json(st.alloc_ns));
+        if (!steps.empty()) steps += ',';
+        steps += step.done();
+      }
+      j.key("steps").raw("[" + steps + "]");
+    }
     j.key("alloc_ns_after_warmup").raw(percentiles_json(m.alloc_ns_after_warmup));
     Json by_path;
     for (int p = 0; p < kAllocPathCount; ++p)

@@ -1,0 +1,57 @@
+#include "steps.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace memlake {
+
+namespace {
+
+// Within this share of the way from the low to the peak: back at the low.
+constexpr double kLowShare = 0.1;
+// A step climbs at least this share of the way.
+constexpr double kHighShare = 0.5;
+constexpr std::size_t kMinSteps = 3;
+
+}  // namespace
+
+std::vector<std::size_t> detect_steps(const Trace& trace) {
+  const std::size_t n = trace.events.size();
+  std::vector<std::int64_t> live(n);
+  std::int64_t now = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Event& e = trace.events[i];
+    now += e.op == TraceOp::alloc ? static_cast<std::int64_t>(e.bytes)
+                                  : -static_cast<std::int64_t>(e.bytes);
+    live[i] = now;
+  }
+  if (n < 10) return {};
+  const auto middle_begin = live.begin() + static_cast<std::ptrdiff_t>(n / 10);
+  const auto middle_end = live.begin() + static_cast<std::ptrdiff_t>(n - n / 10);
+  const std::int64_t low = *std::min_element(middle_begin, middle_end);
+  const std::int64_t peak = *std::max_element(live.begin(), live.end());
+  if (peak <= low) return {};
+  const double span = static_cast<double>(peak - low);
+  const double near_low = static_cast<double>(low) + kLowShare * span;
+  const double high = static_cast<double>(low) + kHighShare * span;
+  std::vector<std::size_t> starts;
+  bool climbed = false;
+  for (std::size_t i = 0; i + 1 < n; ++i) {
+    const auto v = static_cast<double>(live[i]);
+    if (v >= high) climbed = true;
+    if (climbed && v <= near_low) {
+      starts.push_back(i + 1);
+      climbed = false;
+    }
+  }
+  // A return to the low that only frees follow (the end of the run) begins
+  // no step.
+  std::size_t last_alloc = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (trace.events[i].op == TraceOp::alloc) last_alloc = i;
+  while (!starts.empty() && starts.back() > last_alloc) starts.pop_back();
+  if (starts.size() + 1 < kMinSteps) return {};
+  return starts;
+}
+
+}  // namespace memlake
