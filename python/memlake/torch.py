@@ -45,7 +45,9 @@ def enable(conf=None, library=None):
     library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
     package, or the source tree's build/).
 
-    Must run before the first CUDA tensor is created: PyTorch cannot change
+    Must run before the first CUDA tensor is created and before
+    torch.cuda.set_device() (which starts PyTorch's allocator; under torchrun,
+    call enable() first, then set the rank's device): PyTorch cannot change
     allocators after that. Calling it again does nothing (the first call's
     options stay).
     """
@@ -70,7 +72,7 @@ def enable(conf=None, library=None):
     except RuntimeError as e:
         raise RuntimeError(
             "memlake.torch.enable() must run before the first CUDA tensor is created "
-            "(PyTorch: %s)" % e) from None
+            "and before torch.cuda.set_device() (PyTorch: %s)" % e) from None
     _allocator = pluggable
     return pluggable
 
