@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# gpu_multi.sh: the multi-GPU checks, for a machine with two GPUs or more:
+#   memlake_cuda_tests GpuPeer.* (a kernel on GPU 1 reads and writes memlake
+#     blocks of GPU 0, one of them stitched; two devices' allocators apart);
+#   samples/distributed/train_distributed.py --compare under torchrun with
+#     MEMLAKE_NPROC ranks for DDP (default 2) and 2 for the two-stage
+#     pipeline with send/recv, both over NCCL; losses and peak reserved per rank against
+#     PyTorch's caching allocator.
+# Everything goes to $OUT (default ./out); multi-summary.txt collects it.
+set -u -o pipefail
+
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${MEMLAKE_BUILD_DIR:-build-multi}
+SUMMARY_NAME=multi-summary.txt
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
+
+machine
+nvidia-smi topo -m 2>&1 | tee -a "$SUMMARY"
+build "$BUILD" "$OUT/multi-build.log" memlake_cuda_tests memlake_shared
+
+step peer-tests 120 "$OUT/peer-tests.log" "$BUILD/tests/memlake_cuda_tests" --gtest_filter='GpuPeer.*'
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/peer-tests.log" | tee -a "$SUMMARY"
+
+export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
+NPROC=${MEMLAKE_NPROC:-2}
+for mode in ddp pipeline; do
+  ranks=$NPROC
+  [[ $mode == pipeline ]] && ranks=2  # two stages
+  step "$mode-$ranks" 240 "$OUT/$mode.log" python3 samples/distributed/train_distributed.py \
+    --compare --nproc "$ranks" --mode "$mode" --steps "${MEMLAKE_STEPS:-12}"
+  grep -v "^JSON" "$OUT/$mode.log" | tail -n 8 | tee -a "$SUMMARY"
+done
+note "== done in $(($(date +%s) - START))s"
