@@ -20,6 +20,7 @@
 #include "allocator_impl.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "memlake/allocator.hpp"
+#include "stitched_block.hpp"
 
 namespace memlake {
 namespace {
@@ -149,15 +150,10 @@ TEST(GpuKernels, StitchedBlockWrittenByAKernelReadsBackThroughTheChunksOwnMappin
   c.capacity = 256 * kMiB;
   Allocator a(c);
 
-  // Four one-chunk blocks in four segments, all freed: no segment's free
-  // space is half of 8 MiB, so none grows; the four chunks are stitched.
-  std::vector<void*> ps;
-  for (int i = 0; i < 4; ++i) ps.push_back(a.allocate(2 * kMiB));
-  for (void* p : ps) a.deallocate(p, 2 * kMiB);
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  a.process_pending_frees();
-  const Stats before = a.stats();
-  void* big = a.allocate(8 * kMiB);
+  const StitchedBlock stitched = allocate_stitched_block(a);
+  ASSERT_CUDA(stitched.sync);
+  void* big = stitched.ptr;
+  const Stats& before = stitched.before;
   const Stats after = a.stats();
   ASSERT_GT(after.path_stitch.current, before.path_stitch.current) << "no stitch happened";
   EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current)

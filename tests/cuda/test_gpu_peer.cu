@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
+#include "stitched_block.hpp"
 
 namespace memlake {
 namespace {
@@ -108,16 +109,11 @@ TEST(GpuPeer, ADevice1KernelReadsAndWritesADevice0Block) {
 TEST(GpuPeer, ADevice1KernelReadsAndWritesAStitchedBlock) {
   SKIP_WITHOUT_TWO_PEERS();
   Allocator a(device0_with_peer_access());
-  // Four one-chunk blocks in four segments, all freed: the 8 MiB request
-  // that follows maps the four chunks into one new range.
-  std::vector<void*> ps;
-  for (int i = 0; i < 4; ++i) ps.push_back(a.allocate(2 * kMiB));
-  for (void* p : ps) a.deallocate(p, 2 * kMiB);
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  a.process_pending_frees();
-  const Stats before = a.stats();
-  void* big = a.allocate(8 * kMiB);
-  ASSERT_GT(a.stats().path_stitch.current, before.path_stitch.current) << "no stitch happened";
+  const StitchedBlock stitched = allocate_stitched_block(a);
+  ASSERT_CUDA(stitched.sync);
+  void* big = stitched.ptr;
+  ASSERT_GT(a.stats().path_stitch.current, stitched.before.path_stitch.current)
+      << "no stitch happened";
   round_trip_through_device_1(big, 8 * kMiB, 2);
   a.deallocate(big, 8 * kMiB);
   ASSERT_CUDA(cudaDeviceSynchronize());
