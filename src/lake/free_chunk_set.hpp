@@ -102,6 +102,16 @@ class FreeChunkSet {
     bool done_ = true;
   };
 
+  FreeChunkSet() = default;
+  // The bucket cache points into this set's own buckets: not copied.
+  FreeChunkSet(const FreeChunkSet& o) : buckets_(o.buckets_), count_(o.count_) {}
+  FreeChunkSet& operator=(const FreeChunkSet& o) {
+    buckets_ = o.buckets_;
+    count_ = o.count_;
+    last_ = nullptr;
+    return *this;
+  }
+
   bool empty() const { return count_ == 0; }
   std::size_t size() const { return count_; }
   const_iterator begin() const { return next_from(buckets_.begin(), 0); }
@@ -113,7 +123,7 @@ class FreeChunkSet {
   const_reverse_iterator rend() const { return {end(), end(), true}; }
 
   void emplace(std::size_t size, ChunkId id) {
-    Bits& b = buckets_[size];
+    Bits& b = bucket(size);
     if (b.words.size() <= id / 64) b.words.resize(id / 64 + 1, 0);
     const std::uint64_t bit = std::uint64_t{1} << (id % 64);
     if ((b.words[id / 64] & bit) != 0) return;
@@ -122,15 +132,15 @@ class FreeChunkSet {
     ++count_;
   }
   void erase(const value_type& v) {
-    auto b = buckets_.find(v.first);
-    if (b == buckets_.end() || !test(b->second.words, v.second)) return;
-    b->second.words[v.second / 64] &= ~(std::uint64_t{1} << (v.second % 64));
+    Bits* b = find_bucket(v.first);
+    if (b == nullptr || !test(b->words, v.second)) return;
+    b->words[v.second / 64] &= ~(std::uint64_t{1} << (v.second % 64));
     --count_;
     // An emptied bucket stays (walks skip it; there is one per chunk size
     // ever seen): a lake whose chunks are all one size empties and refills
     // it whenever its last free chunk is claimed, and dropping it cost a
     // tree node and a bitset each time.
-    --b->second.count;
+    --b->count;
   }
   std::size_t count(const value_type& v) const {
     auto b = buckets_.find(v.first);
@@ -171,8 +181,8 @@ class FreeChunkSet {
       before = b->second.words.size() * 64;
     }
     for (;;) {
-      if (const std::size_t id = b->second.count == 0 ? kNoBit
-                                                      : last_set_before(b->second.words, before);
+      if (const std::size_t id =
+              b->second.count == 0 ? kNoBit : last_set_before(b->second.words, before);
           id != kNoBit)
         return {this, b, static_cast<ChunkId>(id)};
       if (b == buckets_.begin()) return end();
@@ -181,8 +191,28 @@ class FreeChunkSet {
     }
   }
 
+  // Most chunks have one size: the bucket of the last size asked for is kept
+  // (buckets are never erased, so the pointer stays good).
+  Bits& bucket(std::size_t size) {
+    if (last_ == nullptr || last_size_ != size) {
+      last_ = &buckets_[size];
+      last_size_ = size;
+    }
+    return *last_;
+  }
+  Bits* find_bucket(std::size_t size) {
+    if (last_ != nullptr && last_size_ == size) return last_;
+    auto it = buckets_.find(size);
+    if (it == buckets_.end()) return nullptr;
+    last_ = &it->second;
+    last_size_ = size;
+    return last_;
+  }
+
   Buckets buckets_;
   std::size_t count_ = 0;
+  Bits* last_ = nullptr;
+  std::size_t last_size_ = 0;
 };
 
 }  // namespace memlake::lake

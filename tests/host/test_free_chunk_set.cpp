@@ -104,5 +104,20 @@ TEST(FreeChunkSet, EmptiedSizesAreSkippedBothWays) {
   EXPECT_EQ(backwards(s), (std::vector<Value>{{4, 9}}));
 }
 
+TEST(FreeChunkSet, ACopyChangesApartFromTheOriginal) {
+  FreeChunkSet a;
+  a.emplace(2, 1);
+  a.emplace(2, 2);
+  FreeChunkSet b = a;  // after `a` has looked up size 2 (its bucket cache)
+  b.erase({2, 1});
+  a.emplace(2, 3);
+  EXPECT_EQ(forwards(a), (std::vector<Value>{{2, 1}, {2, 2}, {2, 3}}));
+  EXPECT_EQ(forwards(b), (std::vector<Value>{{2, 2}}));
+  b = a;
+  a.erase({2, 2});
+  EXPECT_EQ(forwards(b), (std::vector<Value>{{2, 1}, {2, 2}, {2, 3}}));
+  EXPECT_EQ(a.size(), 2u);
+}
+
 }  // namespace
 }  // namespace memlake::lake
