@@ -330,8 +330,6 @@ GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& option
   GmlakeResult r;
   GmlakePolicy policy(options);
   Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
-  SlowestAllocs slowest(setup.timing ? setup.slowest : 0);
-  Stats before;
   ProgressBar bar(setup.progress, n);
   const Clock::time_point start = Clock::now();
   std::size_t i = 0;
