@@ -27,6 +27,16 @@ struct GatedWrite {
   }
 };
 
+// Queues `job` on `s`: once its gate opens it writes `tag` over the `n`
+// bytes at `p`. False if the job could not be queued.
+inline bool start_gated_write(Allocator& a, GatedWrite& job, void* p, std::size_t n,
+                              unsigned char tag, Stream s) {
+  job.block = p;
+  job.size = n;
+  job.tag = tag;
+  return a.backend().launch_host_func(s, &GatedWrite::run, &job) == Status::ok;
+}
+
 // A job that checks the block still holds `expect` everywhere, then writes
 // `tag`.
 struct CheckThenWrite {

@@ -27,13 +27,6 @@ std::unique_ptr<Allocator> make(bool cross_stream_wait = true) {
   return std::make_unique<Allocator>(c, std::make_unique<HostBackend>(o));
 }
 
-void gate(Allocator& a, GatedWrite& job, void* p, std::size_t n, unsigned char tag, Stream s) {
-  job.block = p;
-  job.size = n;
-  job.tag = tag;
-  ASSERT_EQ(a.backend().launch_host_func(s, &GatedWrite::run, &job), Status::ok);
-}
-
 // The freed block serves the stream's next request of another size at once,
 // from the lake: nothing pending, nothing mapped, no event, no wait.
 TEST(DirectFree, AFreeReachesTheLakeAtOnceWithoutAnEvent) {
@@ -41,7 +34,7 @@ TEST(DirectFree, AFreeReachesTheLakeAtOnceWithoutAnEvent) {
   Stream s = a->create_stream();
   char* p = static_cast<char*>(a->allocate(16 * MiB, s));
   GatedWrite job;
-  gate(*a, job, p, 16 * MiB, 0x5A, s);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, s));
   const Stats s0 = a->stats();
   a->deallocate(p, 16 * MiB, s);  // the job still writes p
   char* q = static_cast<char*>(a->allocate(6 * MiB, s));
@@ -86,7 +79,7 @@ TEST(DirectFree, AStreamSeenLaterWaitsForTheWorkBefore) {
   Stream sa = a->create_stream(), sb = a->create_stream();
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
-  gate(*a, job, p, 16 * MiB, 0x5A, sa);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
   a->deallocate(p, 16 * MiB, sa);  // direct: sb was never used
   const Stats s0 = a->stats();
   char* q = static_cast<char*>(a->allocate(8 * MiB, sb));
@@ -119,7 +112,7 @@ TEST(DirectFree, FreedRangesStayMappedUntilTheWorkBeforeIsDone) {
   Stream s = a->create_stream();
   char* p = static_cast<char*>(a->allocate(32 * MiB, s));
   GatedWrite job;
-  gate(*a, job, p, 32 * MiB, 0x77, s);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 32 * MiB, 0x77, s));
   a->deallocate(p, 32 * MiB, s);
   a->empty_cache();
   EXPECT_GE(a->stats().reserved_bytes.current, static_cast<std::int64_t>(32 * MiB));

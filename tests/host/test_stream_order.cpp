@@ -36,10 +36,7 @@ TEST(StreamOrder, PendingBlockIsNotGivenToAnotherStreamWithoutAWait) {
   Stream sa = a->create_stream(), sb = a->create_stream();
   void* p = a->allocate(4 * MiB, sa);
   GatedWrite job;
-  job.block = p;
-  job.size = 4 * MiB;
-  job.tag = 0xAA;
-  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 4 * MiB, 0xAA, sa));
   a->deallocate(p, 4 * MiB, sa);  // A's work still writes p
   void* q = a->allocate(4 * MiB, sb);
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
@@ -59,10 +56,7 @@ TEST(StreamOrder, CrossStreamHandoverMakesTheNewStreamWait) {
   Stream sa = a->create_stream(), sb = a->create_stream();
   void* p = a->allocate(64 * MiB, sa);
   GatedWrite job;
-  job.block = p;
-  job.size = 64 * MiB;
-  job.tag = 0x5A;
-  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 64 * MiB, 0x5A, sa));
   a->deallocate(p, 64 * MiB, sa);
   const Stats s0 = a->stats();
   void* q = a->allocate(64 * MiB, sb);
@@ -88,10 +82,7 @@ TEST(StreamOrder, ALargerPendingBlockIsSplitRatherThanNewMemoryMade) {
   Stream sa = a->create_stream(), sb = a->create_stream();
   char* p = static_cast<char*>(a->allocate(64 * MiB, sa));
   GatedWrite job;
-  job.block = p;
-  job.size = 64 * MiB;
-  job.tag = 0x5A;
-  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 64 * MiB, 0x5A, sa));
   a->deallocate(p, 64 * MiB, sa);
   const Stats s0 = a->stats();
   const std::size_t n1 = 24 * MiB + 4096, n2 = 30 * MiB, n3 = 4 * MiB - 4096;
@@ -160,10 +151,7 @@ TEST(StreamOrder, OwnPendingFreesServeTheStreamAndOthersWaitForThem) {
   void* b_known = a->allocate(4096, sb);  // B is a stream the allocator knows already
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
-  job.block = p;
-  job.size = 16 * MiB;
-  job.tag = 0x5A;
-  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
   a->deallocate(p, 16 * MiB, sa);
   const Stats s0 = a->stats();
   char* mine = static_cast<char*>(a->allocate(6 * MiB, sa));  // another size, same stream
@@ -200,10 +188,7 @@ TEST(StreamOrder, RecordStreamExtendsTheBlocksLife) {
   void* p = a->allocate(4 * MiB, sa);
   a->record_stream(p, sb);
   GatedWrite job;
-  job.block = p;
-  job.size = 4 * MiB;
-  job.tag = 0x11;
-  ASSERT_EQ(a->backend().launch_host_func(sb, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 4 * MiB, 0x11, sb));
   a->deallocate(p, 4 * MiB, sa);
   // Not even stream A may reuse it: B still uses it.
   void* q = a->allocate(4 * MiB, sa);
@@ -227,9 +212,7 @@ TEST(StreamOrder, SameStreamReuseNeedsNoEvent) {
   Stream sa = a->create_stream();
   void* p = a->allocate(4 * MiB, sa);
   GatedWrite job;
-  job.block = p;
-  job.size = 4 * MiB;
-  ASSERT_EQ(a->backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(*a, job, p, 4 * MiB, 0, sa));
   a->deallocate(p, 4 * MiB, sa);
   const Stats s0 = a->stats();
   void* q = a->allocate(4 * MiB, sa);  // stream order makes this safe
@@ -328,11 +311,8 @@ std::int64_t pending_after_frees(std::size_t retire_per_free, bool gated) {
   std::vector<void*> blocks;
   for (int i = 0; i < kBlocks; ++i) blocks.push_back(a.allocate(MiB, s));
   GatedWrite job;
-  job.block = blocks.front();
-  job.size = MiB;
-  job.tag = 0x5A;
   if (gated) {
-    EXPECT_EQ(a.backend().launch_host_func(s, &GatedWrite::run, &job), Status::ok);
+    EXPECT_TRUE(start_gated_write(a, job, blocks.front(), MiB, 0x5A, s));
   }
   for (void* p : blocks) a.deallocate(p, MiB, s);
   const std::int64_t pending = a.stats().pending_free_bytes.current;
@@ -410,10 +390,7 @@ struct FenceCase {
     a->deallocate(p2, 32 * MiB, sb);
   }
   void gate(GatedWrite& job, void* p, unsigned char tag, Stream s) {
-    job.block = p;
-    job.size = 32 * MiB;
-    job.tag = tag;
-    EXPECT_EQ(a->backend().launch_host_func(s, &GatedWrite::run, &job), Status::ok);
+    EXPECT_TRUE(start_gated_write(*a, job, p, 32 * MiB, tag, s));
   }
   void open_gates() {
     job_a.open = true;
@@ -504,9 +481,7 @@ TEST(StreamOrder, NoFenceWhenPendingBlocksCannotHoldTheRequest) {
   Stream sa = a.create_stream(), sb = a.create_stream();
   void* p = a.allocate(8 * MiB, sa);
   GatedWrite job;
-  job.block = p;
-  job.size = 8 * MiB;
-  ASSERT_EQ(a.backend().launch_host_func(sa, &GatedWrite::run, &job), Status::ok);
+  ASSERT_TRUE(start_gated_write(a, job, p, 8 * MiB, 0, sa));
   a.deallocate(p, 8 * MiB, sa);
   void* q = a.allocate(32 * MiB, sb);
   EXPECT_EQ(a.stats().fences.current, 0);

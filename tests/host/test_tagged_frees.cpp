@@ -40,10 +40,7 @@ TEST(TaggedFrees, AStreamFoundBehindIsNotAskedAgainForLaterBlocks) {
   Allocator a(c, std::make_unique<QueryCounting>(std::make_unique<HostBackend>(o), &queries));
   Stream sa = a.create_stream(), sb = a.create_stream();
   GatedWrite gate;  // B's queued work: not done until the gate opens
-  gate.block = a.allocate(MiB, sb);
-  gate.size = MiB;
-  gate.tag = 0x3C;
-  ASSERT_EQ(a.backend().launch_host_func(sb, &GatedWrite::run, &gate), Status::ok);
+  ASSERT_TRUE(start_gated_write(a, gate, a.allocate(MiB, sb), MiB, 0x3C, sb));
   std::vector<void*> blocks;
   for (int i = 0; i < 3; ++i) {
     blocks.push_back(a.allocate(2 * MiB, sa));
