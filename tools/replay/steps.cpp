@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "replay.hpp"
+
 namespace memlake {
 
 namespace {
@@ -17,19 +19,12 @@ constexpr std::size_t kMinSteps = 3;
 
 std::vector<std::size_t> detect_steps(const Trace& trace) {
   const std::size_t n = trace.events.size();
-  std::vector<std::int64_t> live(n);
-  std::int64_t now = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const Event& e = trace.events[i];
-    now += e.op == TraceOp::alloc ? static_cast<std::int64_t>(e.bytes)
-                                  : -static_cast<std::int64_t>(e.bytes);
-    live[i] = now;
-  }
   if (n < 10) return {};
+  const std::vector<std::uint64_t> live = live_series(trace, n);  // one point per event
   const auto middle_begin = live.begin() + static_cast<std::ptrdiff_t>(n / 10);
   const auto middle_end = live.begin() + static_cast<std::ptrdiff_t>(n - n / 10);
-  const std::int64_t low = *std::min_element(middle_begin, middle_end);
-  const std::int64_t peak = *std::max_element(live.begin(), live.end());
+  const std::uint64_t low = *std::min_element(middle_begin, middle_end);
+  const std::uint64_t peak = *std::max_element(live.begin(), live.end());
   if (peak <= low) return {};
   const double span = static_cast<double>(peak - low);
   const double near_low = static_cast<double>(low) + kLowShare * span;
@@ -46,10 +41,10 @@ std::vector<std::size_t> detect_steps(const Trace& trace) {
   }
   // A return to the low that only frees follow (the end of the run) begins
   // no step.
-  std::size_t last_alloc = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (trace.events[i].op == TraceOp::alloc) last_alloc = i;
-  while (!starts.empty() && starts.back() > last_alloc) starts.pop_back();
+  const auto last_alloc = std::find_if(trace.events.rbegin(), trace.events.rend(),
+                                       [](const Event& e) { return e.op == TraceOp::alloc; });
+  const auto allocs_end = static_cast<std::size_t>(trace.events.rend() - last_alloc);
+  while (!starts.empty() && starts.back() >= allocs_end) starts.pop_back();
   if (starts.size() + 1 < kMinSteps) return {};
   return starts;
 }
