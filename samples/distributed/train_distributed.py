@@ -39,6 +39,7 @@ from pathlib import Path
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 ALLOCATORS = ("native", "memlake")
 
@@ -86,7 +87,6 @@ class Stage(torch.nn.Module):
         self.head = head if stage in (None, 1) else None
 
     def forward(self, ids=None, h=None, labels=None):
-        from torch.utils.checkpoint import checkpoint
         if self.embed is not None:
             h = self.embed(ids)
         mask = torch.nn.Transformer.generate_square_subsequent_mask(h.shape[1], device=h.device)
