@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # gpu_multi.sh: the multi-GPU checks, for a machine with two GPUs or more:
-#   memlake_cuda_tests GpuPeer.* (a kernel on GPU 1 reads and writes memlake
-#     blocks of GPU 0, one of them stitched; two devices' allocators apart);
+#   memlake_cuda_tests, all of them, GpuPeer.* among them (a kernel on GPU 1
+#     reads and writes memlake blocks of GPU 0, one of them stitched; two
+#     devices' allocators apart);
+#   python/tests/test_torch_nccl.py (NCCL all-reduce, send/recv and
+#     all-gather on memlake tensors, one of them stitched, two ranks);
 #   samples/distributed/train_distributed.py --compare under torchrun with
 #     MEMLAKE_NPROC ranks for DDP (default 2) and 2 for the two-stage
 #     pipeline with send/recv, both over NCCL; losses and peak reserved per rank against
@@ -19,10 +22,12 @@ machine
 nvidia-smi topo -m 2>&1 | tee -a "$SUMMARY"
 build "$BUILD" "$OUT/multi-build.log" memlake_cuda_tests memlake_shared
 
-step peer-tests 120 "$OUT/peer-tests.log" "$BUILD/tests/memlake_cuda_tests" --gtest_filter='GpuPeer.*'
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$OUT/peer-tests.log" | tee -a "$SUMMARY"
+step cuda-tests 200 "$OUT/cuda-tests.log" "$BUILD/tests/memlake_cuda_tests"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|^\[       OK \] GpuPeer" "$OUT/cuda-tests.log" | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
+step nccl-test 150 "$OUT/nccl-test.log" python3 python/tests/test_torch_nccl.py -v
+grep -E "^Ran|^OK|FAILED|rank [01] ok|Error" "$OUT/nccl-test.log" | tail -n 12 | tee -a "$SUMMARY"
 NPROC=${MEMLAKE_NPROC:-2}
 for mode in ddp pipeline; do
   ranks=$NPROC

@@ -1,0 +1,100 @@
+"""NCCL on memlake memory: two ranks under torchrun, one GPU each, each
+switched to memlake with enable(). All-reduce, send/recv and all-gather run
+on memlake tensors, among them a stitched one (made of chunks of blocks that
+were freed apart), and every element is compared with what it must be.
+Skips without torch or with fewer than two GPUs."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    import torch
+    GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+except ImportError:
+    GPUS = 0
+
+RANK_PROGRAM = textwrap.dedent("""
+    import os, torch, torch.distributed as dist, memlake.torch
+    memlake.torch.enable()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    MiB = 1 << 20
+
+    def stitched_tensor(nbytes):
+        # Blocks freed apart leave no single free piece of nbytes; the request
+        # must be served by stitching their chunks.
+        parts = [torch.empty(nbytes // 2, dtype=torch.uint8, device=device) for _ in range(8)]
+        del parts[::2]
+        before = memlake.torch.stats()
+        t = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+        after = memlake.torch.stats()
+        stitched = sum(after[k] - before[k] for k in ("path_stitch", "prestitch_hits"))
+        assert stitched == 1, ("not stitched", before, after)
+        return t, parts
+
+    # All-reduce over sizes from one element to a stitched 192 MiB buffer.
+    big, keep = stitched_tensor(192 * MiB)
+    sizes = [1, 1000, 3 * MiB // 4 + 5, 50 * MiB // 4]
+    tensors = [torch.arange(n, dtype=torch.float32, device=device) * (rank + 1) for n in sizes]
+    big.copy_(torch.arange(big.numel(), dtype=torch.float32, device=device) % 4096 * (rank + 1))
+    for t in tensors + [big]:
+        dist.all_reduce(t)
+    factor = world * (world + 1) / 2
+    for n, t in zip(sizes, tensors):
+        want = torch.arange(n, dtype=torch.float32, device=device) * factor
+        assert torch.equal(t, want), ("all_reduce", n)
+    assert torch.equal(big, torch.arange(big.numel(), dtype=torch.float32, device=device)
+                       % 4096 * factor), "all_reduce stitched"
+
+    # send/recv between neighbours, into a stitched receive buffer.
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    out = torch.arange(big.numel(), dtype=torch.int32, device=device).mul_(3).add_(rank)
+    dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt),
+                            dist.P2POp(dist.irecv, big.view(torch.int32), prv)])[-1].wait()
+    want = torch.arange(big.numel(), dtype=torch.int32, device=device).mul_(3).add_(prv)
+    assert torch.equal(big.view(torch.int32), want), "send/recv"
+
+    # all-gather into one buffer.
+    mine = torch.full((5 * MiB,), rank + 7, dtype=torch.int32, device=device)
+    gathered = torch.empty(world * mine.numel(), dtype=torch.int32, device=device)
+    dist.all_gather_into_tensor(gathered, mine)
+    for r in range(world):
+        assert bool((gathered[r * mine.numel():(r + 1) * mine.numel()] == r + 7).all()), r
+
+    torch.cuda.synchronize()
+    s = memlake.torch.stats()
+    assert s["host_waits"] == 0, s["host_waits"]
+    assert memlake.torch.memory_allocated() >= 192 * MiB
+    print("rank", rank, "ok reserved", memlake.torch.max_memory_reserved(), "stitches", s["stitches"])
+    dist.destroy_process_group()
+""")
+
+
+@unittest.skipUnless(GPUS >= 2, "needs torch with two CUDA GPUs")
+class NcclOnMemlake(unittest.TestCase):
+    def test_collectives_and_point_to_point_read_back_intact(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            program = Path(tmp) / "rank.py"
+            program.write_text(RANK_PROGRAM)
+            env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), NCCL_NVLS_ENABLE="0",
+                       TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                "--nproc-per-node", "2", str(program)],
+                               capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        sys.stderr.write(r.stdout)
+        for rank in (0, 1):
+            self.assertIn("rank %d ok" % rank, r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
