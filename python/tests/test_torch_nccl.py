@@ -45,21 +45,22 @@ RANK_PROGRAM = textwrap.dedent("""
     big, keep = stitched_tensor(192 * MiB)
     sizes = [1, 1000, 3 * MiB // 4 + 5, 50 * MiB // 4]
     tensors = [torch.arange(n, dtype=torch.float32, device=device) * (rank + 1) for n in sizes]
-    big.copy_(torch.arange(big.numel(), dtype=torch.float32, device=device) % 4096 * (rank + 1))
+    pattern = (torch.arange(big.numel(), dtype=torch.int32, device=device) % 4096).float()
+    big.copy_(pattern * (rank + 1))
     for t in tensors + [big]:
         dist.all_reduce(t)
     factor = world * (world + 1) / 2
     for n, t in zip(sizes, tensors):
         want = torch.arange(n, dtype=torch.float32, device=device) * factor
         assert torch.equal(t, want), ("all_reduce", n)
-    assert torch.equal(big, torch.arange(big.numel(), dtype=torch.float32, device=device)
-                       % 4096 * factor), "all_reduce stitched"
+    assert torch.equal(big, pattern * factor), "all_reduce stitched"
 
     # send/recv between neighbours, into a stitched receive buffer.
     nxt, prv = (rank + 1) % world, (rank - 1) % world
     out = torch.arange(big.numel(), dtype=torch.int32, device=device).mul_(3).add_(rank)
-    dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt),
-                            dist.P2POp(dist.irecv, big.view(torch.int32), prv)])[-1].wait()
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt),
+                                        dist.P2POp(dist.irecv, big.view(torch.int32), prv)]):
+        work.wait()
     want = torch.arange(big.numel(), dtype=torch.int32, device=device).mul_(3).add_(prv)
     assert torch.equal(big.view(torch.int32), want), "send/recv"
 
