@@ -13,7 +13,7 @@
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
 #include "memlake/sharing.hpp"
-#include "spawn_self.hpp"
+#include "shared_block_env.hpp"
 
 namespace memlake {
 namespace {
@@ -39,14 +39,7 @@ bool holds(const void* device_ptr, std::size_t n, unsigned char value) {
 TEST(GpuSharing, ImporterProcess) {
   const char* text = std::getenv("MEMLAKE_TEST_GPU_SHARED");
   if (!text) GTEST_SKIP() << "runs only as the importing process";
-  SharedBlock b;
-  char* end = nullptr;
-  b.size = std::strtoull(text, &end, 10);
-  b.offset = std::strtoull(end, &end, 10);
-  while (*end == ' ') {
-    const int fd = static_cast<int>(std::strtol(end, &end, 10));
-    b.chunks.push_back({fd, std::strtoull(end + 1, &end, 10)});
-  }
+  const SharedBlock b = test::parse_shared_block(text);
   ImportedBlock imported(b, shareable_cuda());
   ASSERT_TRUE(holds(imported.data(), b.size, 0x6A)) << "the exporter's bytes are not there";
   ASSERT_EQ(cudaMemset(imported.data(), 0x7B, b.size), cudaSuccess);
@@ -62,15 +55,9 @@ TEST(GpuSharing, ABlockIsMappedInAnotherProcessWithItsBytes) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   SharedBlock s = a.share(p);
   ASSERT_GE(s.chunks.size(), 1u);
-  std::string text = std::to_string(s.size) + " " + std::to_string(s.offset);
-  for (const SharedBlock::Chunk& c : s.chunks) {
-    test::keep_across_exec(c.fd);
-    text += ' ';
-    text += std::to_string(c.fd);
-    text += ':';
-    text += std::to_string(c.size);
-  }
-  EXPECT_EQ(test::run_self("GpuSharing.ImporterProcess", {"MEMLAKE_TEST_GPU_SHARED=" + text}), 0);
+  EXPECT_EQ(test::run_self("GpuSharing.ImporterProcess",
+                           {"MEMLAKE_TEST_GPU_SHARED=" + test::shared_block_text(s)}),
+            0);
   s.close_descriptors();
   EXPECT_TRUE(holds(p, n, 0x7B)) << "the other process's writes are not visible here";
   a.deallocate(p, n);
