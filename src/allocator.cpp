@@ -73,7 +73,8 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
       recorder_(make_recorder(config_, observers_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
       scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes,
-                 config_.direct_free && config_.cross_stream_wait),
+                 config_.direct_free && config_.cross_stream_wait,
+                 config_.direct_free && config_.direct_free_streams && config_.cross_stream_wait),
       worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
@@ -269,9 +270,8 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   // (StreamScheduler::defer_direct).
   if (!block.also_used_on.empty() ||
       !scheduler_.defer_direct({key, block.size}, stream,
-                               [this](const StreamScheduler::Block& b, std::uint64_t fence) {
-                                 lake_.free(b.ptr, fence, /*others_wait=*/false);
-                               }))
+                               [this](const StreamScheduler::Block& b, std::uint64_t fence,
+                                      bool others_wait) { lake_.free(b.ptr, fence, others_wait); }))
     scheduler_.defer({key, block.size}, stream, block.also_used_on);
   if (config_.retire_per_free != 0 && scheduler_.closed_batches() != 0) {
     ScopedNanos timed(stats_.slow_path_ns);

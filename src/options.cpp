@@ -87,6 +87,9 @@ constexpr std::array kOptions = {
   Option{"direct_free", &Config::direct_free, Unit::flag, 0, 0, false,
          "while one stream is in use, frees go to the lake at once (no batches to retire; a "
          "stream seen later waits on the work queued before)"},
+  Option{"direct_free_streams", &Config::direct_free_streams, Unit::flag, 0, 0, false,
+         "direct frees with several streams too: a stream given memory another stream freed "
+         "waits GPU-side on that stream's fence (false: batches per stream)"},
   Option{"free_batch_bytes", &Config::free_batch_bytes, Unit::size, 0, kNoLimit, false,
          "a batch of frees also closes once it holds this many bytes; 0: by count only"},
   Option{"retire_per_free", &Config::retire_per_free, Unit::integer, 0, 65536, false,

@@ -98,6 +98,13 @@ struct Config {
   // batch: an event every free_batch frees only tells when the memory could
   // be unmapped. Decisions then no longer depend on the GPU's timing.
   bool direct_free = true;
+  // Direct frees with several streams too: a block freed on stream S goes to
+  // the lake at once under S's open fence; a request of another stream given
+  // any of its memory first waits (GPU-side) on that fence, recorded then if
+  // it is still open. The allocation that follows a step's frees then finds
+  // them in the lake instead of retiring them all. false: with several
+  // streams, frees wait in batches on their stream (reusable there at once).
+  bool direct_free_streams = true;
   // Each free hands at most this many completed frees of its stream's oldest
   // batches to the lake (one event query at most), spreading the retiring
   // over the frees instead of leaving it to the next allocation: a step's

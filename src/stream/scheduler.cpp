@@ -9,12 +9,14 @@
 namespace memlake {
 
 StreamScheduler::StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
-                                 std::size_t free_batch_bytes, bool direct_free)
+                                 std::size_t free_batch_bytes, bool direct_free,
+                                 bool direct_streams)
     : backend_(backend),
       stats_(stats),
       free_batch_(free_batch == 0 ? 1 : free_batch),
       free_batch_bytes_(free_batch_bytes),
-      direct_free_(direct_free) {}
+      direct_free_(direct_free),
+      direct_streams_(direct_free && direct_streams) {}
 
 StreamScheduler::~StreamScheduler() {
   auto drop = [this](StreamState& st) {
@@ -125,28 +127,43 @@ std::uint64_t StreamScheduler::completed_fences() {
   drop_completed_fences();
   std::uint64_t through = last_fence_;
   for (const Fence& f : fences_) through = std::min(through, f.id - 1);
-  if (open_.id != 0) through = std::min(through, open_.id - 1);
+  for (const OpenFence& f : open_) through = std::min(through, f.id - 1);
   return through;
 }
 
-std::uint64_t StreamScheduler::direct_fence(StreamHandle stream) {
-  if (open_.id == 0) open_ = {++last_fence_, stream, 0};
-  return open_.id;
+StreamScheduler::OpenFence& StreamScheduler::direct_fence(StreamHandle stream) {
+  for (OpenFence& f : open_)
+    if (f.source == stream) return f;
+  return open_.emplace_back(OpenFence{++last_fence_, stream, 0});
+}
+
+bool StreamScheduler::close_fence(std::size_t i) {
+  const OpenFence f = open_[i];
+  // An event recorded while capturing belongs to the graph, not the stream.
+  bool capturing = false;
+  if (backend_.stream_is_capturing(f.source, &capturing) == Status::ok && capturing) return false;
+  drop_completed_fences();  // keeps the list short while nothing else asks
+  EventHandle e = acquire_event();
+  const std::uint64_t seq = record(e, f.source);
+  fences_.push_back({f.id, e, seq, f.source, false, {}});
+  open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i));
+  return true;
 }
 
 void StreamScheduler::close_direct_fence() {
-  if (open_.id == 0) return;
-  // An event recorded while capturing belongs to the graph, not the stream.
-  bool capturing = false;
-  if (backend_.stream_is_capturing(open_.source, &capturing) == Status::ok && capturing) return;
-  drop_completed_fences();  // keeps the list short while nothing else asks
-  EventHandle e = acquire_event();
-  const std::uint64_t seq = record(e, open_.source);
-  fences_.push_back({open_.id, e, seq, open_.source, false, {}});
-  open_ = {};
+  for (std::size_t i = open_.size(); i-- > 0;) close_fence(i);
 }
 
 void StreamScheduler::wait_for_fences(StreamHandle stream, std::uint64_t through) {
+  // Direct frees of other streams under a fence not recorded yet: record it
+  // now, after their work so far, so that `stream` can wait for it.
+  for (std::size_t i = open_.size(); i-- > 0;) {
+    const OpenFence& f = open_[i];
+    if (f.id > through || f.source == stream) continue;
+    if (!close_fence(i))
+      throw backend_error(
+          "memlake: memory freed on a capturing stream cannot be given to another stream");
+  }
   drop_completed_fences();
   for (Fence& f : fences_) {
     if (f.id > through || f.waited_by_all || f.source == stream ||
@@ -180,7 +197,11 @@ void StreamScheduler::drop_completed_fences() {
 void StreamScheduler::forget_stream(StreamHandle stream) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return;
-  if (open_.source == stream) close_direct_fence();
+  for (std::size_t i = 0; i < open_.size(); ++i)
+    if (open_[i].source == stream) {
+      close_fence(i);
+      break;
+    }
   StreamState& st = it->second;
   close_batch(stream, st);
   // Its batches still retire by their events, but nothing is reused on the

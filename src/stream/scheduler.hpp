@@ -9,6 +9,9 @@
 // Frees on one stream share one event per batch, so the cost is one event
 // record per batch and one query per batch retired; completed batches are
 // retired oldest first per stream, so no scan over all pending blocks.
+// Direct frees (defer_direct, the default) skip the batches: the block goes
+// to the lake at once under a fence of its stream, and the lake makes any
+// other stream given its memory wait on that fence.
 // Not thread-safe: the allocator holds its lock.
 #pragma once
 
@@ -34,7 +37,8 @@ class StreamScheduler {
   };
 
   StreamScheduler(Backend& backend, Stats& stats, std::size_t free_batch,
-                  std::size_t free_batch_bytes = 0, bool direct_free = false);
+                  std::size_t free_batch_bytes = 0, bool direct_free = false,
+                  bool direct_streams = false);
   ~StreamScheduler();
   StreamScheduler(const StreamScheduler&) = delete;
   StreamScheduler& operator=(const StreamScheduler&) = delete;
@@ -43,16 +47,20 @@ class StreamScheduler {
   // Throws backend_error if an event cannot be recorded.
   void defer(Block block, StreamHandle stream, const std::vector<StreamHandle>& also_used_on);
 
-  // Direct frees (direct_free): while `stream` is the only stream known, a
-  // block freed on it needs no event and goes to `release(block, fence)` at
-  // once, for the lake: the lake may unmap it once that fence completes,
-  // and no other stream is given it before waiting on the fence, since a
-  // stream seen later waits on it first thing (known_stream). An event is
-  // recorded every free_batch such frees. Returns false when `stream` is
-  // not in that state: defer() the block.
+  // Direct frees (direct_free): while `stream` is the only stream known (or
+  // with direct_streams, on any stream), a block freed on it needs no event
+  // and goes to `release(block, fence, others_wait)` at once, for the lake,
+  // under `stream`'s open fence: the lake may unmap it once that fence
+  // completes. No other stream is given it before waiting on the fence: a
+  // stream seen later waits on it first thing (known_stream), and with
+  // several streams (`others_wait`) the one given the memory waits
+  // (wait_for_fences), which records the fence first if it is still open.
+  // An event is recorded every free_batch frees of a stream. Returns false
+  // when `stream`'s frees are not direct: defer() the block.
   template <class Release>
   bool defer_direct(Block block, StreamHandle stream, Release&& release);
-  // Records the open direct fence, if any, so that it can complete.
+  // Records the open direct fences (those of streams not capturing), so
+  // that they can complete.
   void close_direct_fence();
 
   // One allocation's slow path (or one harvest): an event found incomplete
@@ -104,7 +112,9 @@ class StreamScheduler {
   std::size_t release_own(StreamHandle stream, Release&& release);
   // `stream` is about to use memory freed under fences up to `through`:
   // it waits on those of them recorded by other streams and not complete
-  // (fence_all's fences were waited on by every stream already).
+  // (fence_all's fences were waited on by every stream already), recording
+  // other streams' open direct fences up to `through` first. Throws
+  // backend_error when one of those streams is capturing a graph.
   void wait_for_fences(StreamHandle stream, std::uint64_t through);
   // Every fence up to this id has completed.
   std::uint64_t completed_fences();
@@ -180,12 +190,20 @@ class StreamScheduler {
   // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
   void wait(StreamHandle stream, EventHandle event);
   void close_batch(StreamHandle stream, StreamState& st);
-  // `stream` is the only stream in use and frees on it are direct.
+  // Frees on `stream` are direct: on every stream with direct_streams, else
+  // while it is the only stream in use.
   bool direct(StreamHandle stream) const {
-    return direct_free_ && streams_.size() == 1 && streams_.begin()->first == stream;
+    if (!direct_free_) return false;
+    if (direct_streams_) return true;
+    return streams_.size() == 1 && streams_.begin()->first == stream;
   }
-  // The fence direct frees go to the lake under (opened on first use).
-  std::uint64_t direct_fence(StreamHandle stream);
+  struct OpenFence;
+  // The fence `stream`'s direct frees go to the lake under (opened on first
+  // use).
+  OpenFence& direct_fence(StreamHandle stream);
+  // Records the open fence `i` (an event on its stream), unless its stream
+  // is capturing; false then.
+  bool close_fence(std::size_t i);
   void unindex(Pending* p);
   Block take(BySize& by_size, BySize::iterator it);
   // Marks an unindexed block taken (its Pending stays in its batch).
@@ -248,14 +266,15 @@ class StreamScheduler {
     std::vector<StreamHandle> waited;  // release_own's: the streams that waited since
   };
   std::vector<Fence> fences_;  // recorded by fence(), not yet complete
-  // The direct frees' fence, not recorded yet (id 0: none open).
+  // Direct frees' fences not recorded yet, one per stream at most.
   struct OpenFence {
     std::uint64_t id = 0;
     StreamHandle source = nullptr;
     std::size_t frees = 0;
   };
-  OpenFence open_;
+  std::vector<OpenFence> open_;
   bool direct_free_;
+  bool direct_streams_;
   std::uint64_t last_fence_ = 0;
   std::uint64_t records_ = 0;  // events recorded so far
   int call_depth_ = 0;         // CallScopes open
@@ -327,9 +346,13 @@ std::size_t StreamScheduler::retire_some(StreamHandle stream, std::size_t limit,
 template <class Release>
 bool StreamScheduler::defer_direct(Block block, StreamHandle stream, Release&& release) {
   if (!direct(stream)) return false;
-  release(block, direct_fence(stream));
+  OpenFence& f = direct_fence(stream);
+  // With one stream, every stream seen later waits for its work at first
+  // sight (known_stream); with several, the one given the memory waits for
+  // the fence (wait_for_fences).
+  release(block, f.id, /*others_wait=*/streams_.size() > 1);
   ++stats_.direct_frees.current;
-  if (++open_.frees >= free_batch_) close_direct_fence();
+  if (++f.frees >= free_batch_) close_fence(static_cast<std::size_t>(&f - open_.data()));
   return true;
 }
 

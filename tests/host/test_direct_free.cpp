@@ -1,7 +1,8 @@
-// Direct frees (direct_free): while one stream is in use, a block freed on it
-// goes to the lake at once, with no batch and no event of its own; a stream
-// seen later first waits (GPU-side, here host-stream-side) on the work queued
-// before. Slow queued work and its bytes prove the order, as in
+// Direct frees (direct_free): a block freed on a stream goes to the lake at
+// once, with no batch and no event of its own; a stream seen later first
+// waits (GPU-side, here host-stream-side) on the work queued before, and with
+// several streams (direct_free_streams) a stream given another's free waits
+// on that stream's fence. Slow queued work and its bytes prove the order, as in
 // test_stream_order.cpp.
 #include <gtest/gtest.h>
 
@@ -16,12 +17,13 @@ namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-std::unique_ptr<Allocator> make(bool cross_stream_wait = true) {
+std::unique_ptr<Allocator> make(bool cross_stream_wait = true, bool several_streams = true) {
   Config c;
   c.capacity = 64 * MiB;
   c.free_batch = 4;
   c.worker = WorkerMode::off;
   c.cross_stream_wait = cross_stream_wait;
+  c.direct_free_streams = several_streams;
   HostBackendOptions o;
   o.capacity = 64 * MiB;
   return std::make_unique<Allocator>(c, std::make_unique<HostBackend>(o));
@@ -91,16 +93,96 @@ TEST(DirectFree, AStreamSeenLaterWaitsForTheWorkBefore) {
   EXPECT_EQ(s1.cross_stream_waits.current - s0.cross_stream_waits.current, 1);
   EXPECT_TRUE(ran_after_gate(*a, job, q, 8 * MiB, sb, 0x42))
       << "B's job ran before A's had finished";
-  // Two streams in use: frees wait in batches again.
-  void* r = a->allocate(2 * MiB, sa);
-  a->deallocate(r, 2 * MiB, sa);
-  EXPECT_EQ(a->stats().direct_frees.current, s1.direct_frees.current);
-  EXPECT_EQ(a->stats().pending_free_bytes.current, static_cast<std::int64_t>(2 * MiB));
   a->deallocate(q, 8 * MiB, sb);
   a->backend().stream_synchronize(sa);
   a->process_pending_frees();
   EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+// Two streams in use, direct_free_streams: a free on A still goes to the
+// lake at once, under A's open fence. B given that memory first waits on the
+// fence, recorded then (its work runs after A's); A takes it back without a
+// wait (stream order).
+TEST(DirectFree, WithSeveralStreamsAnotherStreamGivenTheMemoryWaitsForItsFence) {
+  auto a = make();
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  a->deallocate(a->allocate(MiB, sb), MiB, sb);  // both streams in use
+  char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
+  GatedWrite job;
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
+  const Stats s0 = a->stats();
+  a->deallocate(p, 16 * MiB, sa);
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.direct_frees.current - s0.direct_frees.current, 1);
+  EXPECT_EQ(s1.pending_free_bytes.current, 0);
+  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current) << "the fence stays open";
+  char* q = static_cast<char*>(a->allocate(8 * MiB, sb));
+  const Stats s2 = a->stats();
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
+  EXPECT_GE(q, p);
+  EXPECT_LE(q + 8 * MiB, p + 16 * MiB) << "served from A's free, not new memory";
+  EXPECT_EQ(s2.reserved_bytes.current, s1.reserved_bytes.current);
+  EXPECT_EQ(s2.events_recorded.current - s1.events_recorded.current, 1) << "A's fence recorded";
+  EXPECT_EQ(s2.cross_stream_waits.current - s1.cross_stream_waits.current, 1);
+  EXPECT_TRUE(ran_after_gate(*a, job, q, 8 * MiB, sb, 0x42))
+      << "B's job ran before A's had finished";
+  // B frees it; A takes it back: A waits on B's fence, since B's work may
+  // still use it, and no wait on its own.
+  GatedWrite job_b;
+  ASSERT_TRUE(start_gated_write(*a, job_b, q, 8 * MiB, 0x6B, sb));
+  a->deallocate(q, 8 * MiB, sb);
+  char* r = static_cast<char*>(a->allocate(8 * MiB, sa));
+  EXPECT_FALSE(job_b.done.load());
+  EXPECT_EQ(r, q) << "the same request takes the same place";
+  EXPECT_EQ(a->stats().cross_stream_waits.current - s2.cross_stream_waits.current, 1);
+  EXPECT_TRUE(ran_after_gate(*a, job_b, r, 8 * MiB, sa, 0x24))
+      << "A's job ran before B's had finished";
+  a->deallocate(r, 8 * MiB, sa);
+  EXPECT_EQ(a->check_invariants(), "");
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+// A stream reuses its own direct frees among several streams without any
+// wait or event: stream order covers them.
+TEST(DirectFree, WithSeveralStreamsAStreamReusesItsOwnFreesWithoutWaiting) {
+  auto a = make();
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  a->deallocate(a->allocate(MiB, sb), MiB, sb);
+  char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
+  GatedWrite job;
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
+  const Stats s0 = a->stats();
+  a->deallocate(p, 16 * MiB, sa);
+  char* q = static_cast<char*>(a->allocate(16 * MiB, sa));
+  const Stats s1 = a->stats();
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(s1.cross_stream_waits.current, s0.cross_stream_waits.current);
+  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current);
+  EXPECT_TRUE(ran_after_gate(*a, job, q, 16 * MiB, sa, 0x42));
+  a->deallocate(q, 16 * MiB, sa);
+  EXPECT_EQ(a->check_invariants(), "");
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
+// direct_free_streams off: once two streams are in use, frees wait in
+// batches on their stream again.
+TEST(DirectFree, WithoutDirectFreeStreamsTwoStreamsUseBatches) {
+  auto a = make(/*cross_stream_wait=*/true, /*several_streams=*/false);
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  a->deallocate(a->allocate(MiB, sb), MiB, sb);
+  EXPECT_EQ(a->stats().direct_frees.current, 1) << "one stream seen so far";
+  void* r = a->allocate(2 * MiB, sa);
+  a->deallocate(r, 2 * MiB, sa);
+  EXPECT_EQ(a->stats().direct_frees.current, 1);
+  EXPECT_EQ(a->stats().pending_free_bytes.current, static_cast<std::int64_t>(2 * MiB));
+  a->process_pending_frees();
+  EXPECT_EQ(a->check_invariants(), "");
   a->destroy_stream(sa);
   a->destroy_stream(sb);
 }

@@ -40,6 +40,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "fence",
                                         "free_batch",
                                         "direct_free",
+                                        "direct_free_streams",
                                         "free_batch_bytes",
                                         "retire_per_free",
                                         "lazy_batches",
@@ -54,7 +55,9 @@ const std::string kKnown =
     "host_simulate_latency, "
     "small_max, max_chunk, large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, "
     "max_stitch_chunks, cross_stream_wait, fence, "
-    "free_batch, direct_free, free_batch_bytes, retire_per_free, lazy_batches, worker, reserve, shareable, record, on_misuse";
+    "free_batch, direct_free, direct_free_streams, free_batch_bytes, retire_per_free, "
+    "lazy_batches, "
+    "worker, reserve, shareable, record, on_misuse";
 
 std::string upper(std::string s) {
   for (char& c : s)
