@@ -166,7 +166,7 @@ void StreamScheduler::wait_for_fences(StreamHandle stream, std::uint64_t through
   }
   drop_completed_fences();
   for (Fence& f : fences_) {
-    if (f.id > through || f.waited_by_all || f.source == stream ||
+    if (f.id > through || f.waited_by_all || (f.source == stream && !f.source_gone) ||
         std::find(f.waited.begin(), f.waited.end(), stream) != f.waited.end())
       continue;
     wait(stream, f.event);
@@ -202,10 +202,16 @@ void StreamScheduler::forget_stream(StreamHandle stream) {
       close_fence(i);
       break;
     }
+  // A later stream may get the same handle: it is neither the source of
+  // this stream's fences (it must wait on them) nor one that waited.
+  for (Fence& f : fences_) {
+    if (f.source == stream) f.source_gone = true;
+    std::erase(f.waited, stream);
+  }
   StreamState& st = it->second;
   close_batch(stream, st);
   // Its batches still retire by their events, but nothing is reused on the
-  // stream any more: a later stream may get the same handle.
+  // stream any more.
   for (auto& [size, p] : st.by_size) p->indexed = false;
   st.by_size.clear();
   retired_.emplace_back(stream, std::move(st));

@@ -264,6 +264,7 @@ class StreamScheduler {
     StreamHandle source = nullptr;     // the stream that recorded it
     bool waited_by_all = false;        // fence_all's: every other stream waits at once
     std::vector<StreamHandle> waited;  // release_own's: the streams that waited since
+    bool source_gone = false;          // forgotten since: a new stream may have its handle
   };
   std::vector<Fence> fences_;  // recorded by fence(), not yet complete
   // Direct frees' fences not recorded yet, one per stream at most.
