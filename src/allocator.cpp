@@ -266,10 +266,9 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   // A recorded stream destroyed since has finished its work (destroying a
   // stream drains it): nothing to wait for there.
   std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
-  // One stream in use: the block goes to the lake at once
+  // Direct frees: the block goes to the lake at once
   // (StreamScheduler::defer_direct).
-  if (!block.also_used_on.empty() ||
-      !scheduler_.defer_direct({key, block.size}, stream,
+  if (!scheduler_.defer_direct({key, block.size}, stream, block.also_used_on,
                                [this](const StreamScheduler::Block& b, std::uint64_t fence,
                                       bool others_wait) { lake_.free(b.ptr, fence, others_wait); }))
     scheduler_.defer({key, block.size}, stream, block.also_used_on);

@@ -15,6 +15,7 @@
 // Not thread-safe: the allocator holds its lock.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -57,8 +58,12 @@ class StreamScheduler {
   // (wait_for_fences), which records the fence first if it is still open.
   // An event is recorded every free_batch frees of a stream. Returns false
   // when `stream`'s frees are not direct: defer() the block.
+  // A block also used on other streams (record_stream) goes to the lake
+  // under the newest of their open fences and `stream`'s: whichever stream
+  // is given it, even `stream`, waits for the others' work.
   template <class Release>
-  bool defer_direct(Block block, StreamHandle stream, Release&& release);
+  bool defer_direct(Block block, StreamHandle stream, const std::vector<StreamHandle>& also_used_on,
+                    Release&& release);
   // Records the open direct fences (those of streams not capturing), so
   // that they can complete.
   void close_direct_fence();
@@ -345,13 +350,18 @@ std::size_t StreamScheduler::retire_some(StreamHandle stream, std::size_t limit,
 }
 
 template <class Release>
-bool StreamScheduler::defer_direct(Block block, StreamHandle stream, Release&& release) {
+bool StreamScheduler::defer_direct(Block block, StreamHandle stream,
+                                   const std::vector<StreamHandle>& also_used_on,
+                                   Release&& release) {
+  if (!also_used_on.empty() && !direct_streams_) return false;
   if (!direct(stream)) return false;
+  std::uint64_t id = 0;
+  for (StreamHandle other : also_used_on) id = std::max(id, direct_fence(other).id);
   OpenFence& f = direct_fence(stream);
   // With one stream, every stream seen later waits for its work at first
   // sight (known_stream); with several, the one given the memory waits for
-  // the fence (wait_for_fences).
-  release(block, f.id, /*others_wait=*/streams_.size() > 1);
+  // the fences up to the newest it was freed under (wait_for_fences).
+  release(block, std::max(id, f.id), /*others_wait=*/streams_.size() > 1);
   ++stats_.direct_frees.current;
   if (++f.frees >= free_batch_) close_fence(static_cast<std::size_t>(&f - open_.data()));
   return true;

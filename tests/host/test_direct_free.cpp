@@ -170,6 +170,35 @@ TEST(DirectFree, WithSeveralStreamsAStreamReusesItsOwnFreesWithoutWaiting) {
   a->destroy_stream(sb);
 }
 
+// A block also used on B (record_stream) and freed on A goes to the lake at
+// once too; even A, given it back, first waits for B's work on it.
+TEST(DirectFree, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
+  auto a = make();
+  Stream sa = a->create_stream(), sb = a->create_stream();
+  char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
+  GatedWrite job;  // B's work on the block
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sb));
+  a->record_stream(p, sb);
+  const Stats s0 = a->stats();
+  a->deallocate(p, 16 * MiB, sa);
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.direct_frees.current - s0.direct_frees.current, 1);
+  EXPECT_EQ(s1.pending_free_bytes.current, 0);
+  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current);
+  char* q = static_cast<char*>(a->allocate(16 * MiB, sa));
+  const Stats s2 = a->stats();
+  EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream B";
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(s2.cross_stream_waits.current - s1.cross_stream_waits.current, 1);
+  EXPECT_TRUE(ran_after_gate(*a, job, q, 16 * MiB, sa, 0x42))
+      << "A's job ran before B's had finished";
+  a->deallocate(q, 16 * MiB, sa);
+  EXPECT_EQ(a->check_invariants(), "");
+  EXPECT_EQ(a->stats().host_waits.current, 0);
+  a->destroy_stream(sa);
+  a->destroy_stream(sb);
+}
+
 // direct_free_streams off: once two streams are in use, frees wait in
 // batches on their stream again.
 TEST(DirectFree, WithoutDirectFreeStreamsTwoStreamsUseBatches) {

@@ -1,5 +1,5 @@
-// Blocks used on several streams (record_stream) get an event per stream at
-// their free. Events on one stream complete in order, so once a harvest finds
+// With frees in batches (direct_free_streams:false), blocks used on several
+// streams (record_stream) get an event per stream at their free. Events on one stream complete in order, so once a harvest finds
 // one incomplete it does not ask the later blocks' events on that stream.
 #include <gtest/gtest.h>
 
@@ -37,6 +37,7 @@ TEST(TaggedFrees, AStreamFoundBehindIsNotAskedAgainForLaterBlocks) {
   Config c;
   c.capacity = 64 * MiB;
   c.worker = WorkerMode::off;
+  c.direct_free_streams = false;
   Allocator a(c, std::make_unique<QueryCounting>(std::make_unique<HostBackend>(o), &queries));
   Stream sa = a.create_stream(), sb = a.create_stream();
   GatedWrite gate;  // B's queued work: not done until the gate opens
