@@ -1,6 +1,7 @@
 // With frees in batches (direct_free_streams:false), blocks used on several
-// streams (record_stream) get an event per stream at their free. Events on one stream complete in order, so once a harvest finds
-// one incomplete it does not ask the later blocks' events on that stream.
+// streams (record_stream) get an event per stream at their free. Events on one stream complete in
+// order, so once a harvest finds one incomplete it does not ask the later blocks' events on that
+// stream.
 #include <gtest/gtest.h>
 
 #include <atomic>
