@@ -29,6 +29,23 @@ std::unique_ptr<Allocator> make(bool cross_stream_wait = true, bool several_stre
   return std::make_unique<Allocator>(c, std::make_unique<HostBackend>(o));
 }
 
+// Two streams of `a`, both in use (each has had a block), destroyed at the
+// end of the test.
+struct TwoStreamsInUse {
+  explicit TwoStreamsInUse(Allocator& alloc)
+      : a(alloc), sa(alloc.create_stream()), sb(alloc.create_stream()) {
+    a.deallocate(a.allocate(MiB, sb), MiB, sb);
+  }
+  ~TwoStreamsInUse() {
+    a.destroy_stream(sa);
+    a.destroy_stream(sb);
+  }
+  TwoStreamsInUse(const TwoStreamsInUse&) = delete;
+  TwoStreamsInUse& operator=(const TwoStreamsInUse&) = delete;
+  Allocator& a;
+  Stream sa, sb;
+};
+
 // The freed block serves the stream's next request of another size at once,
 // from the lake: nothing pending, nothing mapped, no event, no wait.
 TEST(DirectFree, AFreeReachesTheLakeAtOnceWithoutAnEvent) {
@@ -108,8 +125,8 @@ TEST(DirectFree, AStreamSeenLaterWaitsForTheWorkBefore) {
 // wait (stream order).
 TEST(DirectFree, WithSeveralStreamsAnotherStreamGivenTheMemoryWaitsForItsFence) {
   auto a = make();
-  Stream sa = a->create_stream(), sb = a->create_stream();
-  a->deallocate(a->allocate(MiB, sb), MiB, sb);  // both streams in use
+  TwoStreamsInUse streams(*a);
+  const Stream sa = streams.sa, sb = streams.sb;
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
@@ -143,16 +160,14 @@ TEST(DirectFree, WithSeveralStreamsAnotherStreamGivenTheMemoryWaitsForItsFence) 
   a->deallocate(r, 8 * MiB, sa);
   EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
-  a->destroy_stream(sa);
-  a->destroy_stream(sb);
 }
 
 // A stream reuses its own direct frees among several streams without any
 // wait or event: stream order covers them.
 TEST(DirectFree, WithSeveralStreamsAStreamReusesItsOwnFreesWithoutWaiting) {
   auto a = make();
-  Stream sa = a->create_stream(), sb = a->create_stream();
-  a->deallocate(a->allocate(MiB, sb), MiB, sb);
+  TwoStreamsInUse streams(*a);
+  const Stream sa = streams.sa;
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
@@ -166,15 +181,14 @@ TEST(DirectFree, WithSeveralStreamsAStreamReusesItsOwnFreesWithoutWaiting) {
   EXPECT_TRUE(ran_after_gate(*a, job, q, 16 * MiB, sa, 0x42));
   a->deallocate(q, 16 * MiB, sa);
   EXPECT_EQ(a->check_invariants(), "");
-  a->destroy_stream(sa);
-  a->destroy_stream(sb);
 }
 
 // A block also used on B (record_stream) and freed on A goes to the lake at
 // once too; even A, given it back, first waits for B's work on it.
 TEST(DirectFree, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
   auto a = make();
-  Stream sa = a->create_stream(), sb = a->create_stream();
+  TwoStreamsInUse streams(*a);
+  const Stream sa = streams.sa, sb = streams.sb;
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;  // B's work on the block
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sb));
@@ -195,16 +209,14 @@ TEST(DirectFree, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
   a->deallocate(q, 16 * MiB, sa);
   EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
-  a->destroy_stream(sa);
-  a->destroy_stream(sb);
 }
 
 // direct_free_streams off: once two streams are in use, frees wait in
 // batches on their stream again.
 TEST(DirectFree, WithoutDirectFreeStreamsTwoStreamsUseBatches) {
   auto a = make(/*cross_stream_wait=*/true, /*several_streams=*/false);
-  Stream sa = a->create_stream(), sb = a->create_stream();
-  a->deallocate(a->allocate(MiB, sb), MiB, sb);
+  TwoStreamsInUse streams(*a);
+  const Stream sa = streams.sa;
   EXPECT_EQ(a->stats().direct_frees.current, 1) << "one stream seen so far";
   void* r = a->allocate(2 * MiB, sa);
   a->deallocate(r, 2 * MiB, sa);
@@ -212,8 +224,6 @@ TEST(DirectFree, WithoutDirectFreeStreamsTwoStreamsUseBatches) {
   EXPECT_EQ(a->stats().pending_free_bytes.current, static_cast<std::int64_t>(2 * MiB));
   a->process_pending_frees();
   EXPECT_EQ(a->check_invariants(), "");
-  a->destroy_stream(sa);
-  a->destroy_stream(sb);
 }
 
 // Queued work may still write a directly freed block through its address:
