@@ -38,6 +38,8 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   o.max_chunk = std::max(c.max_chunk, o.granularity);
   o.large_chunk = c.large_chunk == 0 ? 0 : std::max(c.large_chunk, o.granularity);
   o.large_chunk_from = c.large_chunk_from;
+  o.huge_chunk = c.huge_chunk == 0 ? 0 : std::max(c.huge_chunk, o.granularity);
+  o.huge_chunk_from = c.huge_chunk_from;
   o.fit_slack = c.fit_slack;
   o.stitch_cache_ratio = c.stitch_cache_ratio;
   o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);

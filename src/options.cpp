@@ -71,6 +71,11 @@ constexpr std::array kOptions = {
          "chunk size for the body of requests of at least large_chunk_from (0: max_chunk)"},
   Option{"large_chunk_from", &Config::large_chunk_from, Unit::size, 0, kNoLimit, false,
          "requests this large get their body in large_chunk chunks"},
+  Option{"huge_chunk", &Config::huge_chunk, Unit::size, 0, kNoLimit, false,
+         "chunk size for the body of requests of at least huge_chunk_from (0, the default: "
+         "large_chunk)"},
+  Option{"huge_chunk_from", &Config::huge_chunk_from, Unit::size, 0, kNoLimit, false,
+         "requests this large get their body in huge_chunk chunks"},
   Option{"fit_slack", &Config::fit_slack, Unit::number, 0, 4, false,
          "a cached block this much larger than the request (as a fraction of it) still fits"},
   Option{"stitch_cache_ratio", &Config::stitch_cache_ratio, Unit::number, 0, 64, false,

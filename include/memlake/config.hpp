@@ -65,6 +65,17 @@ struct Config {
   // costs 3% on a MoE-like trace).
   std::size_t large_chunk = std::size_t{4} << 20;
   std::size_t large_chunk_from = std::size_t{64} << 20;
+  // The same a tier up: a request of at least huge_chunk_from bytes gets its
+  // body in huge_chunk chunks (0, the default: large_chunk for it too), so
+  // that a block of hundreds of MiB is dozens of handles, not hundreds, to
+  // map and to claim chunk by chunk. Off by default: on the H200 (16M from
+  // 512M against off) critical-path VMM calls after warm-up on the bundled
+  // gpt2_recompute / llama_lora_ckpt replays fell 23% / 45% at the same
+  // peaks, but gpt2_recompute's VMM time on the allocating thread rose
+  // (448-468 against 356-376 ms: fewer, slower calls), and fixed-shape GPT-2
+  // training reserved 4.09 GiB instead of 4.05 (its 785 MiB logits).
+  std::size_t huge_chunk = 0;
+  std::size_t huge_chunk_from = std::size_t{512} << 20;
   // A cached block may be this much larger than the request (as a fraction
   // of the request) and still count as a fit.
   double fit_slack = 0.125;

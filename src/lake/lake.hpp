@@ -55,6 +55,8 @@ struct LakeOptions {
   std::size_t max_chunk = std::size_t{2} << 20;
   std::size_t large_chunk = 0;  // 0: max_chunk for every request
   std::size_t large_chunk_from = 0;
+  std::size_t huge_chunk = 0;  // 0: large_chunk for the largest requests too
+  std::size_t huge_chunk_from = 0;
   double fit_slack = 0.125;
   double stitch_cache_ratio = 4.0;
   bool defer_eviction = false;  // a worker unmaps ranges over the budget

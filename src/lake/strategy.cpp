@@ -370,15 +370,16 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
 }
 
 // How `bytes` of new memory is cut into chunks: parts of max_chunk (of
-// large_chunk for a large request), and the last granule on its own, since
-// it usually holds the block's tail, which small requests will share:
-// sharing then pins one granule, not the body.
+// large_chunk for a large request, of huge_chunk for a huge one), and the
+// last granule on its own, since it usually holds the block's tail, which
+// small requests will share: sharing then pins one granule, not the body.
 std::vector<std::size_t> Lake::chunk_sizes_for(std::size_t bytes) const {
   const std::size_t g = options_.granularity;
   std::vector<std::size_t> sizes;
   if (bytes <= g) return {bytes};
-  const bool large = options_.large_chunk != 0 && bytes >= options_.large_chunk_from;
-  const std::size_t unit = large ? options_.large_chunk : options_.max_chunk;
+  std::size_t unit = options_.max_chunk;
+  if (options_.large_chunk != 0 && bytes >= options_.large_chunk_from) unit = options_.large_chunk;
+  if (options_.huge_chunk != 0 && bytes >= options_.huge_chunk_from) unit = options_.huge_chunk;
   for (std::size_t body = bytes - g; body > 0;) {
     const std::size_t part = std::min(body, std::max(unit / g * g, g));
     sizes.push_back(part);

@@ -33,6 +33,8 @@ const std::vector<std::string> kKeys = {"backend",
                                         "max_chunk",
                                         "large_chunk",
                                         "large_chunk_from",
+                                        "huge_chunk",
+                                        "huge_chunk_from",
                                         "fit_slack",
                                         "stitch_cache_ratio",
                                         "max_stitch_chunks",
@@ -53,7 +55,8 @@ const std::vector<std::string> kKeys = {"backend",
 const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
     "host_simulate_latency, "
-    "small_max, max_chunk, large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, "
+    "small_max, max_chunk, large_chunk, large_chunk_from, huge_chunk, huge_chunk_from, fit_slack, "
+    "stitch_cache_ratio, "
     "max_stitch_chunks, cross_stream_wait, fence, "
     "free_batch, direct_free, direct_free_streams, free_batch_bytes, retire_per_free, "
     "lazy_batches, "

@@ -118,14 +118,17 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
 }
 
 // A request of at least large_chunk_from bytes gets its body in large_chunk
-// chunks (half the handles to map), a smaller one in max_chunk chunks; the
-// last granule is a chunk of its own either way, and the bytes are intact.
+// chunks (half the handles to map), one of at least huge_chunk_from in
+// huge_chunk chunks, a smaller one in max_chunk chunks; the last granule is
+// a chunk of its own either way, and the bytes are intact.
 TEST_F(CoreTest, LargeRequestsAreMadeOfLargerChunks) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
   c.large_chunk = 4 * MiB;
   c.large_chunk_from = 64 * MiB;
-  auto a = make(256 * MiB, c);
+  c.huge_chunk = 8 * MiB;
+  c.huge_chunk_from = 128 * MiB;
+  auto a = make(512 * MiB, c);
   const Stats s0 = a->stats();
   void* big = a->allocate(70 * MiB);  // 68 MiB body in 4 MiB chunks + one granule
   const Stats s1 = a->stats();
@@ -133,12 +136,18 @@ TEST_F(CoreTest, LargeRequestsAreMadeOfLargerChunks) {
   void* medium = a->allocate(62 * MiB);  // below the threshold: 2 MiB chunks
   const Stats s2 = a->stats();
   EXPECT_EQ(s2.chunks.current - s1.chunks.current, 31);
+  void* huge = a->allocate(130 * MiB);  // 128 MiB body in 8 MiB chunks + one granule
+  const Stats s3 = a->stats();
+  EXPECT_EQ(s3.chunks.current - s2.chunks.current, 16 + 1);
   platform_->fill(big, 70 * MiB, 41);
   platform_->fill(medium, 62 * MiB, 42);
+  platform_->fill(huge, 130 * MiB, 43);
   EXPECT_TRUE(platform_->check(big, 70 * MiB, 41));
   EXPECT_TRUE(platform_->check(medium, 62 * MiB, 42));
+  EXPECT_TRUE(platform_->check(huge, 130 * MiB, 43));
   a->deallocate(big, 70 * MiB);
   a->deallocate(medium, 62 * MiB);
+  a->deallocate(huge, 130 * MiB);
   EXPECT_INVARIANTS(*a);
 }
 
