@@ -150,6 +150,14 @@ bool StreamScheduler::close_fence(std::size_t i) {
   return true;
 }
 
+void StreamScheduler::count_free_under(StreamHandle stream) {
+  for (std::size_t i = 0; i < open_.size(); ++i) {
+    if (open_[i].source != stream) continue;
+    if (++open_[i].frees >= free_batch_) close_fence(i);
+    return;
+  }
+}
+
 void StreamScheduler::close_direct_fence() {
   for (std::size_t i = open_.size(); i-- > 0;) close_fence(i);
 }

@@ -209,6 +209,10 @@ class StreamScheduler {
   // Records the open fence `i` (an event on its stream), unless its stream
   // is capturing; false then.
   bool close_fence(std::size_t i);
+  // One more free under `stream`'s open fence: it closes at free_batch, also
+  // for a stream that only has blocks recorded to it (a communication
+  // stream), so that no fence stays open long and holds back unmapping.
+  void count_free_under(StreamHandle stream);
   void unindex(Pending* p);
   Block take(BySize& by_size, BySize::iterator it);
   // Marks an unindexed block taken (its Pending stays in its batch).
@@ -355,15 +359,15 @@ bool StreamScheduler::defer_direct(Block block, StreamHandle stream,
                                    Release&& release) {
   if (!also_used_on.empty() && !direct_streams_) return false;
   if (!direct(stream)) return false;
-  std::uint64_t id = 0;
+  std::uint64_t id = direct_fence(stream).id;
   for (StreamHandle other : also_used_on) id = std::max(id, direct_fence(other).id);
-  OpenFence& f = direct_fence(stream);
   // With one stream, every stream seen later waits for its work at first
   // sight (known_stream); with several, the one given the memory waits for
   // the fences up to the newest it was freed under (wait_for_fences).
-  release(block, std::max(id, f.id), /*others_wait=*/streams_.size() > 1);
+  release(block, id, /*others_wait=*/streams_.size() > 1);
   ++stats_.direct_frees.current;
-  if (++f.frees >= free_batch_) close_fence(static_cast<std::size_t>(&f - open_.data()));
+  count_free_under(stream);
+  for (StreamHandle other : also_used_on) count_free_under(other);
   return true;
 }
 

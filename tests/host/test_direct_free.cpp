@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 #include "backend/host/host_backend.hpp"
 #include "gated_jobs.hpp"
@@ -209,6 +210,26 @@ TEST(DirectFree, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
   a->deallocate(q, 16 * MiB, sa);
   EXPECT_EQ(a->check_invariants(), "");
   EXPECT_EQ(a->stats().host_waits.current, 0);
+}
+
+// A stream that only has blocks recorded to it (as a communication stream
+// does) gets its fence recorded every free_batch such frees too, as the
+// freeing stream does: no fence stays open to hold back unmapping.
+TEST(DirectFree, ARecordedStreamsFenceClosesEveryFreeBatch) {
+  auto a = make();
+  TwoStreamsInUse streams(*a);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(a->allocate(MiB, streams.sa));
+    a->record_stream(blocks.back(), streams.sb);
+  }
+  const Stats s0 = a->stats();
+  for (void* p : blocks) a->deallocate(p, MiB, streams.sa);
+  const Stats s1 = a->stats();
+  EXPECT_EQ(s1.direct_frees.current - s0.direct_frees.current, 4);
+  EXPECT_EQ(s1.events_recorded.current - s0.events_recorded.current, 2)
+      << "A's fence and B's, each after free_batch (4) frees";
+  EXPECT_EQ(s1.pending_free_bytes.current, 0);
 }
 
 // direct_free_streams off: once two streams are in use, frees wait in
