@@ -75,8 +75,7 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
       recorder_(make_recorder(config_, observers_)),
       lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
       scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes,
-                 config_.direct_free && config_.cross_stream_wait,
-                 config_.direct_free && config_.direct_free_streams && config_.cross_stream_wait),
+                 config_.direct_free && config_.cross_stream_wait, config_.direct_free_streams),
       worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {

@@ -131,9 +131,14 @@ std::uint64_t StreamScheduler::completed_fences() {
   return through;
 }
 
+std::size_t StreamScheduler::open_fence_of(StreamHandle stream) const {
+  std::size_t i = 0;
+  while (i < open_.size() && open_[i].source != stream) ++i;
+  return i;
+}
+
 StreamScheduler::OpenFence& StreamScheduler::direct_fence(StreamHandle stream) {
-  for (OpenFence& f : open_)
-    if (f.source == stream) return f;
+  if (const std::size_t i = open_fence_of(stream); i < open_.size()) return open_[i];
   return open_.emplace_back(OpenFence{++last_fence_, stream, 0});
 }
 
@@ -151,11 +156,8 @@ bool StreamScheduler::close_fence(std::size_t i) {
 }
 
 void StreamScheduler::count_free_under(StreamHandle stream) {
-  for (std::size_t i = 0; i < open_.size(); ++i) {
-    if (open_[i].source != stream) continue;
-    if (++open_[i].frees >= free_batch_) close_fence(i);
-    return;
-  }
+  const std::size_t i = open_fence_of(stream);
+  if (i < open_.size() && ++open_[i].frees >= free_batch_) close_fence(i);
 }
 
 void StreamScheduler::close_direct_fence() {
@@ -205,11 +207,7 @@ void StreamScheduler::drop_completed_fences() {
 void StreamScheduler::forget_stream(StreamHandle stream) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return;
-  for (std::size_t i = 0; i < open_.size(); ++i)
-    if (open_[i].source == stream) {
-      close_fence(i);
-      break;
-    }
+  if (const std::size_t i = open_fence_of(stream); i < open_.size()) close_fence(i);
   // A later stream may get the same handle: it is neither the source of
   // this stream's fences (it must wait on them) nor one that waited.
   for (Fence& f : fences_) {

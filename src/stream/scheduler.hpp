@@ -203,6 +203,8 @@ class StreamScheduler {
     return streams_.size() == 1 && streams_.begin()->first == stream;
   }
   struct OpenFence;
+  // The index in open_ of `stream`'s open fence; open_.size() if none.
+  std::size_t open_fence_of(StreamHandle stream) const;
   // The fence `stream`'s direct frees go to the lake under (opened on first
   // use).
   OpenFence& direct_fence(StreamHandle stream);
