@@ -28,8 +28,9 @@ constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap
 // down (its own critical-path calls took 66 us each instead of 25 us while
 // the worker mapped ahead of demand too; GPT-2 training steps 1.3x slower),
 // and ranges built ahead of demand were mostly re-cut before use.
-bool Lake::wants_consolidation() const {
+bool Lake::wants_consolidation() {
   if (!stitch_demand_ || free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
+  catch_up_runs();
   const std::size_t largest = free_runs_.largest_bytes();
   return largest * 2 < free_chunk_bytes_;
 }
@@ -46,7 +47,7 @@ bool Lake::wants_reserve() const {
          reserved_bytes() + options_.granularity <= options_.capacity;
 }
 
-bool Lake::wants_work() const {
+bool Lake::wants_work() {
   return wants_consolidation() || wants_reserve() || over_budget();
 }
 

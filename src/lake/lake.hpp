@@ -166,8 +166,9 @@ class Lake {
   };
   // Free memory is scattered after a request had to stitch, or more is
   // mapped than the cache budget allows: a job would help.
-  bool wants_work() const;
-  bool wants_consolidation() const;
+  // Not const: they may have the free runs catch up (catch_up_runs).
+  bool wants_work();
+  bool wants_consolidation();
   bool wants_reserve() const;
   std::size_t consolidation_bytes() const;
   bool over_budget() const;
@@ -181,8 +182,12 @@ class Lake {
   void commit(WorkerJob& job);
   std::string check_invariants() const;
   // For tests: entries of the free-run index, segments whose runs it holds.
-  std::size_t free_run_count() const { return free_runs_.size(); }
+  std::size_t free_run_count() {
+    catch_up_runs();
+    return free_runs_.size();
+  }
   std::size_t indexed_segment_count() const;
+  std::size_t behind_slot_count() const { return behind_slots_; }
   std::size_t indexed_consolidated_ranges() const { return consolidated_.size(); }
 
  private:
@@ -255,7 +260,12 @@ class Lake {
   void run_erase(SegmentId s, SlotRuns::iterator it);
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
-  void flush_slots(bool freed);
+  void note_slot_change(Mapping m);
+  // Brings every segment's runs and the run index up to the chunks' state.
+  void catch_up_runs();
+  void apply_stretches(const std::vector<Mapping>& slots, bool freed);
+  // Segment `s` leaves the run index or the lake: its slots stop lagging.
+  void forget_lag(SegmentId s);
   // Drops segment `s`'s runs from the index for good (Segment::indexed).
   void unindex(SegmentId s);
   // After the consolidated range `range` was registered: idle segments all
@@ -341,11 +351,15 @@ class Lake {
   std::size_t creating_bytes_ = 0;           // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
   std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
-  std::vector<Mapping> slots_changed_;       // claimed or freed, not yet in the run index
+  // Slots marked kRunListed (some no longer behind), and how many are behind.
+  std::vector<Mapping> lagging_slots_;
+  std::size_t behind_slots_ = 0;
+  bool runs_may_lag_ = false;  // the last large request came back to its place
+  std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up_runs' scratch
   struct Stretch {
     std::uint32_t start = 0, count = 0;
   };
-  std::vector<Stretch> open_stretches_;      // flush_slots' scratch: one per segment
+  std::vector<Stretch> open_stretches_;      // apply_stretches' scratch: one per segment
   std::vector<SegmentId> touched_segments_;  // ...with an open stretch
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.

@@ -159,7 +159,6 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
     if (a.chunk_count++ == 0) a.piece = p;
     covered += take;
   }
-  flush_slots(/*freed=*/false);
   remember_tail(s, a.first_chunk + a.chunk_count - 1);
   record(ptr, a);  // pins `s` when it borrows both ends and owns nothing
   touch(s);
@@ -255,7 +254,7 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence, bool others_wait) {
   free_piece(a.piece);
   for (std::uint32_t i = 1; i < a.chunk_count; ++i)
     free_piece(chunks_[ids[a.first_chunk + i]].pieces);
-  flush_slots(/*freed=*/true);
+  if (!runs_may_lag_) catch_up_runs();
 }
 
 }  // namespace memlake::lake

@@ -36,6 +36,10 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   }
   const PlaceKey key = place_key(size, history);
   LakeResult r = try_remembered(key);
+  // Repeating: frees leave the runs behind, the next step claims the same
+  // chunks again (note_slot_change). Otherwise runs are read at every large
+  // request, and frees keep them caught up so that no request pays for many.
+  runs_may_lag_ = r.ptr != 0;
   if (r.ptr == 0) r = allocate_large(size);
   if (r.ptr == 0) return r;
   r.size = size;
@@ -71,6 +75,7 @@ LakeResult Lake::allocate_small(std::size_t size) {
   }
   // small_max may exceed a granule: cover the whole request.
   const std::size_t bytes = round_up(size, options_.granularity);
+  catch_up_runs();
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
@@ -93,6 +98,7 @@ LakeResult Lake::allocate_large(std::size_t size) {
   if (Piece* f = find_fragment(size))
     return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
             size};
+  catch_up_runs();  // the rest of the ladder reads the free runs
   if (LakeResult r = try_run_between_pieces(size); r.ptr) return r;
   SegmentId run_segment;
   std::uint32_t run_start;

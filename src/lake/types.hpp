@@ -25,8 +25,12 @@
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
 //   by exactly one segment that maps it and holds >= 1 live piece in it;
 //   sum(chunk sizes) == reserved bytes.
-// Free runs: every maximal run of consecutive free chunks of every indexed
-// segment is in Segment::runs and in the lake's free-run index.
+// Free runs: every maximal run of consecutive slots of an indexed segment
+// that are free, or claimed but still *behind* (claimed since the runs last
+// caught up), less those freed but still behind, is in Segment::runs and in
+// the lake's free-run index. Claims and frees mark the slots of every
+// segment mapping the chunk behind (Lake::note_slot_change); whatever reads
+// the runs first has them catch up (Lake::catch_up_runs).
 // Segment state: busy == number of its chunks that have an owner; a segment
 // with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
 // be unmapped only when it owns no chunk and no allocation borrows through it.
@@ -48,6 +52,8 @@ using ChunkId = std::uint32_t;
 using SegmentId = std::uint32_t;
 inline constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 inline constexpr std::size_t kAlignment = 512;  // every allocation and piece
+inline constexpr std::uint8_t kRunBehind = 1;
+inline constexpr std::uint8_t kRunListed = 2;
 
 struct Piece {
   std::size_t offset = 0;  // within its chunk
@@ -91,6 +97,9 @@ struct Segment {
   // also in the lake's free-run index, so free space inside mapped ranges is
   // reused in place, without mapping anything.
   SlotRuns runs;
+  // Per slot, kRunBehind: its chunk was claimed or freed since the runs
+  // caught up; kRunListed: it is in the lake's list of such slots.
+  std::vector<std::uint8_t> run_lag;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   // Live allocations reached through this segment that start or end in a

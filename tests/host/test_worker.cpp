@@ -80,7 +80,7 @@ TEST(Worker, AConsolidatedRangeTakesOverTheRunsOfTheSegmentsItCovers) {
   Rig rig(WorkerMode::inline_jobs);
   Allocator& a = *rig.alloc;
   scatter(a);
-  const lake::Lake& lake = a.impl().lake();
+  lake::Lake& lake = a.impl().lake();
   EXPECT_EQ(lake.free_run_count(), 16u) << "one run per one-chunk segment";
   // Stitches 4 chunks; the worker maps 8 of the other 12 (as many as the
   // largest request needs, at least 8) as one range.

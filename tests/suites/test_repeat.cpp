@@ -2,9 +2,12 @@
 // order as the last one gets every large block at the place it had then
 // (remembered places), so once the layout has settled a step maps nothing.
 // Runs on every platform (host streams and the GPU).
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <vector>
 
+#include "allocator_impl.hpp"
 #include "suites/core_fixture.hpp"
 
 namespace memlake::test {
@@ -52,6 +55,9 @@ class Step {
     return places;
   }
 
+  // Called after every allocation and free.
+  std::function<void()> after_each = [] {};
+
  private:
   static constexpr int kLayers = 8;
   struct Block {
@@ -63,11 +69,13 @@ class Step {
     Block b{a_.allocate(n), n, seed * 1000 + next_++};
     p_.fill(b.p, b.n, b.seed);
     if (places) places->push_back(b.p);
+    after_each();
     return b;
   }
   void give(Block& b) {
     EXPECT_TRUE(p_.check(b.p, b.n, b.seed)) << "a block's bytes changed while it was live";
     a_.deallocate(b.p, b.n);
+    after_each();
   }
   Allocator& a_;
   Platform& p_;
@@ -115,6 +123,35 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
   EXPECT_GE(settled_at, 0) << "the layout never settled";
   EXPECT_LE(settled_at, 3) << "it took too long to settle";
   EXPECT_GT(a->stats().remembered_hits.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
+// A step that comes back to its places claims and frees the same chunks
+// again: the free runs of the segments mapping them are left behind meanwhile
+// (Lake::note_slot_change) and catch up only where something reads them.
+// What the runs say is checked after every call, free plus behind, and every
+// block's bytes are checked before it is freed.
+TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
+  auto a = make(1024 * MiB, training_like());
+  Step step(*a, *platform_);
+  for (int i = 0; i < 4; ++i) {
+    step.run(static_cast<std::uint32_t>(i));
+    settle_all(*a);
+  }
+  lake::Lake& lake = a->impl().lake();
+  std::size_t most_behind = 0;
+  step.after_each = [&] {
+    most_behind = std::max(most_behind, lake.behind_slot_count());
+    EXPECT_INVARIANTS(*a);
+  };
+  const Stats before = a->stats();
+  step.run(4);
+  settle_all(*a);
+  EXPECT_GT(a->stats().remembered_hits.current, before.remembered_hits.current);
+  EXPECT_GT(most_behind, 0u) << "every claim and free updated the runs at once";
+  const std::size_t runs = lake.free_run_count();  // reads them: they catch up
+  EXPECT_GT(runs, 0u);
+  EXPECT_EQ(lake.behind_slot_count(), 0u);
   EXPECT_INVARIANTS(*a);
 }
 
