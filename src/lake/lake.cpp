@@ -173,7 +173,7 @@ std::string Lake::check_invariants() const {
       err << "chunk " << id << " pieces cover " << expect << " of " << c.size << "; ";
     if (allocated != c.live) err << "chunk " << id << " live count is off; ";
   }
-  std::size_t idle = 0, total_runs = 0, behind = 0;
+  std::size_t idle = 0, total_runs = 0;
   for (SegmentId s = 0; s < segments_.size(); ++s) {
     const Segment& seg = segments_[s];
     if (!seg.in_use) continue;
@@ -185,21 +185,12 @@ std::string Lake::check_invariants() const {
     }
     if (busy != seg.busy || owned != seg.owned) err << "segment " << s << " counts are off; ";
     SlotRuns runs;
-    if (seg.run_lag.size() != seg.chunks.size()) err << "segment " << s << " lag size is off; ";
     for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
       const Chunk& c = chunks_[seg.chunks[i]];
       if (std::find(c.mapped_in.begin(), c.mapped_in.end(), Mapping{s, i}) == c.mapped_in.end())
         err << "segment " << s << " slot " << i << " missing from its chunk's mappings; ";
-      const std::uint8_t lag = i < seg.run_lag.size() ? seg.run_lag[i] : 0;
-      if (lag & kRunBehind) {
-        ++behind;
-        if (!(lag & kRunListed)) err << "segment " << s << " slot " << i << " behind, unlisted; ";
-        if (std::find(lagging_slots_.begin(), lagging_slots_.end(), Mapping{s, i}) ==
-            lagging_slots_.end())
-          err << "segment " << s << " slot " << i << " marked listed, not in the list; ";
-      }
       // What the runs say: free, unless it changed since they caught up.
-      if ((c.owner == kNone) == ((lag & kRunBehind) != 0)) continue;
+      if ((c.owner == kNone) == ((c.run_lag & kRunBehind) != 0)) continue;
       if (!runs.empty() && std::prev(runs.end())->first + std::prev(runs.end())->second == i)
         ++std::prev(runs.end())->second;
       else
@@ -248,7 +239,16 @@ std::string Lake::check_invariants() const {
   if (mapped != mapped_bytes()) err << "mapped bytes disagree; ";
   if (idle != idle_by_size_.size()) err << "idle index holds stale entries; ";
   if (total_runs != free_runs_.size()) err << "free-run index holds stale entries; ";
-  if (behind != behind_slots_) err << "behind slots " << behind << " disagree with the count; ";
+  std::size_t behind = 0;
+  for (ChunkId id = 0; id < chunks_.size(); ++id) {
+    const std::uint8_t lag = chunks_[id].run_lag;
+    if (!(lag & kRunBehind)) continue;
+    ++behind;
+    if (!(lag & kRunListed) ||
+        std::find(lagging_chunks_.begin(), lagging_chunks_.end(), id) == lagging_chunks_.end())
+      err << "chunk " << id << " is behind but not listed; ";
+  }
+  if (behind != behind_chunks_) err << "behind chunks " << behind << " disagree with the count; ";
   return err.str();
 }
 

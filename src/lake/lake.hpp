@@ -187,7 +187,7 @@ class Lake {
     return free_runs_.size();
   }
   std::size_t indexed_segment_count() const;
-  std::size_t behind_slot_count() const { return behind_slots_; }
+  std::size_t behind_chunk_count() const { return behind_chunks_; }
   std::size_t indexed_consolidated_ranges() const { return consolidated_.size(); }
 
  private:
@@ -260,12 +260,10 @@ class Lake {
   void run_erase(SegmentId s, SlotRuns::iterator it);
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
-  void note_slot_change(Mapping m);
+  void note_chunk_change(ChunkId c);
   // Brings every segment's runs and the run index up to the chunks' state.
   void catch_up_runs();
   void apply_stretches(const std::vector<Mapping>& slots, bool freed);
-  // Segment `s` leaves the run index or the lake: its slots stop lagging.
-  void forget_lag(SegmentId s);
   // Drops segment `s`'s runs from the index for good (Segment::indexed).
   void unindex(SegmentId s);
   // After the consolidated range `range` was registered: idle segments all
@@ -351,9 +349,9 @@ class Lake {
   std::size_t creating_bytes_ = 0;           // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
   std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
-  // Slots marked kRunListed (some no longer behind), and how many are behind.
-  std::vector<Mapping> lagging_slots_;
-  std::size_t behind_slots_ = 0;
+  // Chunks marked kRunListed (some no longer behind), and how many are behind.
+  std::vector<ChunkId> lagging_chunks_;
+  std::size_t behind_chunks_ = 0;
   bool runs_may_lag_ = false;  // the last large request came back to its place
   std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up_runs' scratch
   struct Stretch {

@@ -63,6 +63,7 @@ void Lake::release_chunk(ChunkId id) {
   gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
   gauge(stats_.chunks, -1);
   ++stats_.chunks_released.current;
+  if (c.run_lag & kRunBehind) --behind_chunks_;  // its list entry is skipped
   c = Chunk{};
   free_chunk_slots_.push_back(id);
 }
@@ -129,6 +130,7 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
 
 // Enters a mapped range into the lake's tables.
 SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched) {
+  catch_up_runs();  // the new runs start from the chunks' state, as the others
   const DevicePtr va = range.va;
   const std::size_t total = range.total;
   const std::size_t va_size = range.va_size;
@@ -149,7 +151,6 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
   seg.stitched = stitched;
   seg.in_use = true;
   seg.offsets = std::move(offsets);
-  seg.run_lag.assign(ids.size(), 0);
   for (std::uint32_t i = 0; i < ids.size(); ++i) {
     chunks_[ids[i]].mapped_in.push_back({id, i});
     if (chunks_[ids[i]].owner != kNone) ++seg.busy;
@@ -176,6 +177,7 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
 // Maps free chunks at the end of segment `s`; an idle one moves in the idle
 // index, which is keyed by size. False when the backend refuses.
 bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
+  catch_up_runs();  // the new slots join the runs as the chunks are now
   Segment& seg = segments_[s];
   std::size_t total = 0;
   for (ChunkId c : ids) total += chunks_[c].size;
@@ -225,7 +227,6 @@ bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
     chunks_[c].mapped_in.push_back({s, static_cast<std::uint32_t>(seg.chunks.size())});
     seg.chunks.push_back(c);
     seg.offsets.push_back(offset);
-    seg.run_lag.push_back(0);
     offset += chunks_[c].size;
   }
   if (tail_count) run_insert(s, tail_start, tail_count);
@@ -259,7 +260,6 @@ Lake::Zombie Lake::detach_segment(SegmentId id) {
   assert(!seg.pinned());
   unpinned_by_age_.erase({seg.last_used, id});
   if (seg.busy == 0) idle_erase(id);
-  forget_lag(id);
   while (!seg.runs.empty()) run_erase(id, std::prev(seg.runs.end()));
   Zombie z{seg.va, seg.va_size, {}};
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
@@ -380,8 +380,8 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   for (Mapping m : c.mapped_in) {
     Segment& seg = segments_[m.segment];
     if (seg.busy++ == 0) idle_erase(m.segment);
-    if (seg.indexed) note_slot_change(m);
   }
+  note_chunk_change(id);
 }
 
 // The chunk's last live piece is gone: it is whole and free again.
@@ -397,8 +397,8 @@ void Lake::unclaim(ChunkId id) {
   for (Mapping m : c.mapped_in) {
     Segment& seg = segments_[m.segment];
     if (--seg.busy == 0) idle_insert(m.segment);
-    if (seg.indexed) note_slot_change(m);
   }
+  note_chunk_change(id);
 }
 
 std::size_t Lake::run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const {
@@ -420,7 +420,6 @@ void Lake::run_erase(SegmentId s, SlotRuns::iterator it) {
 
 void Lake::unindex(SegmentId s) {
   Segment& seg = segments_[s];
-  forget_lag(s);
   while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
   seg.indexed = false;
 }
@@ -475,53 +474,43 @@ void Lake::dissolve_reserve(SegmentId s) {
   }
 }
 
-// A claim or free of the chunk in slot `m` flips whether the segment's runs
-// are behind there. The runs are left as they are until something reads
+// A claim or free of chunk `id` flips whether the runs of the segments
+// mapping it are behind. They are left as they are until something reads
 // them: training frees a block and claims the same chunks again before any
 // request looks for a free run, and then the runs of the ~20 segments that
 // map a chunk (stitched ranges over it) need no change at all. Kept up to
 // date on every claim and free, that upkeep was 45% of the allocation path's
 // instructions on a repeated MoE trace.
-void Lake::note_slot_change(Mapping m) {
-  std::uint8_t& lag = segments_[m.segment].run_lag[m.index];
+void Lake::note_chunk_change(ChunkId id) {
+  std::uint8_t& lag = chunks_[id].run_lag;
   lag ^= kRunBehind;
   if (!(lag & kRunBehind)) {
-    --behind_slots_;
+    --behind_chunks_;
     return;
   }
-  ++behind_slots_;
+  ++behind_chunks_;
   if (lag & kRunListed) return;
   lag |= kRunListed;
-  lagging_slots_.push_back(m);
+  lagging_chunks_.push_back(id);
 }
 
 void Lake::catch_up_runs() {
-  if (lagging_slots_.empty()) return;
-  for (Mapping m : lagging_slots_) {
-    Segment& seg = segments_[m.segment];
-    // A segment that left since (its slot may belong to a newer one now,
-    // listed again if behind).
-    if (!seg.in_use || m.index >= seg.run_lag.size()) continue;
-    std::uint8_t& lag = seg.run_lag[m.index];
-    if (lag & kRunBehind) {
-      const bool now_free = chunks_[seg.chunks[m.index]].owner == kNone;
-      (now_free ? caught_freed_ : caught_claimed_).push_back(m);
+  if (lagging_chunks_.empty()) return;
+  for (ChunkId id : lagging_chunks_) {
+    Chunk& c = chunks_[id];
+    if (c.run_lag & kRunBehind) {
+      std::vector<Mapping>& to = c.owner == kNone ? caught_freed_ : caught_claimed_;
+      for (Mapping m : c.mapped_in)
+        if (segments_[m.segment].indexed) to.push_back(m);
     }
-    lag = 0;
+    c.run_lag = 0;
   }
-  lagging_slots_.clear();
-  behind_slots_ = 0;
+  lagging_chunks_.clear();
+  behind_chunks_ = 0;
   apply_stretches(caught_claimed_, /*freed=*/false);
   apply_stretches(caught_freed_, /*freed=*/true);
   caught_claimed_.clear();
   caught_freed_.clear();
-}
-
-void Lake::forget_lag(SegmentId s) {
-  for (std::uint8_t& lag : segments_[s].run_lag) {
-    if (lag & kRunBehind) --behind_slots_;
-    lag = 0;
-  }
 }
 
 // Runs catch up with claimed (or freed) slots in one pass: a block's chunks

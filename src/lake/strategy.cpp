@@ -37,7 +37,7 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   const PlaceKey key = place_key(size, history);
   LakeResult r = try_remembered(key);
   // Repeating: frees leave the runs behind, the next step claims the same
-  // chunks again (note_slot_change). Otherwise runs are read at every large
+  // chunks again (note_chunk_change). Otherwise runs are read at every large
   // request, and frees keep them caught up so that no request pays for many.
   runs_may_lag_ = r.ptr != 0;
   if (r.ptr == 0) r = allocate_large(size);

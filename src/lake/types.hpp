@@ -26,11 +26,11 @@
 //   by exactly one segment that maps it and holds >= 1 live piece in it;
 //   sum(chunk sizes) == reserved bytes.
 // Free runs: every maximal run of consecutive slots of an indexed segment
-// that are free, or claimed but still *behind* (claimed since the runs last
-// caught up), less those freed but still behind, is in Segment::runs and in
-// the lake's free-run index. Claims and frees mark the slots of every
-// segment mapping the chunk behind (Lake::note_slot_change); whatever reads
-// the runs first has them catch up (Lake::catch_up_runs).
+// whose chunks are free, or claimed but still *behind* (claimed since the
+// runs last caught up), less those freed but still behind, is in
+// Segment::runs and in the lake's free-run index. Claims and frees mark the
+// chunk behind (Lake::note_chunk_change); whatever reads the runs first has
+// them catch up (Lake::catch_up_runs).
 // Segment state: busy == number of its chunks that have an owner; a segment
 // with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
 // be unmapped only when it owns no chunk and no allocation borrows through it.
@@ -82,6 +82,9 @@ struct Chunk {
   std::uint32_t pins = 0;  // worker jobs mapping it without the lock: not to be released
   bool in_use = false;     // slot holds a chunk
   bool reserve = false;    // created by the worker ahead of demand, not yet taken
+  // kRunBehind: claimed or freed since the runs of the segments mapping it
+  // caught up; kRunListed: in the lake's list of such chunks.
+  std::uint8_t run_lag = 0;
   // The last fence under which a block in it was freed (Lake::free): work
   // queued before that fence may still use it, so a stream given it waits.
   std::uint64_t fence = 0;
@@ -97,9 +100,6 @@ struct Segment {
   // also in the lake's free-run index, so free space inside mapped ranges is
   // reused in place, without mapping anything.
   SlotRuns runs;
-  // Per slot, kRunBehind: its chunk was claimed or freed since the runs
-  // caught up; kRunListed: it is in the lake's list of such slots.
-  std::vector<std::uint8_t> run_lag;
   std::uint32_t busy = 0;   // chunks with an owner (this or another segment)
   std::uint32_t owned = 0;  // chunks owned by this segment
   // Live allocations reached through this segment that start or end in a

@@ -128,7 +128,7 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
 
 // A step that comes back to its places claims and frees the same chunks
 // again: the free runs of the segments mapping them are left behind meanwhile
-// (Lake::note_slot_change) and catch up only where something reads them.
+// (Lake::note_chunk_change) and catch up only where something reads them.
 // What the runs say is checked after every call, free plus behind, and every
 // block's bytes are checked before it is freed.
 TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
@@ -141,7 +141,7 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   lake::Lake& lake = a->impl().lake();
   std::size_t most_behind = 0;
   step.after_each = [&] {
-    most_behind = std::max(most_behind, lake.behind_slot_count());
+    most_behind = std::max(most_behind, lake.behind_chunk_count());
     EXPECT_INVARIANTS(*a);
   };
   const Stats before = a->stats();
@@ -151,7 +151,7 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   EXPECT_GT(most_behind, 0u) << "every claim and free updated the runs at once";
   const std::size_t runs = lake.free_run_count();  // reads them: they catch up
   EXPECT_GT(runs, 0u);
-  EXPECT_EQ(lake.behind_slot_count(), 0u);
+  EXPECT_EQ(lake.behind_chunk_count(), 0u);
   EXPECT_INVARIANTS(*a);
 }
 
