@@ -30,7 +30,7 @@ constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap
 // and ranges built ahead of demand were mostly re-cut before use.
 bool Lake::wants_consolidation() {
   if (!stitch_demand_ || free_chunk_bytes_ < kMinChunks * options_.granularity) return false;
-  catch_up_runs();
+  catch_up();
   const std::size_t largest = free_runs_.largest_bytes();
   return largest * 2 < free_chunk_bytes_;
 }

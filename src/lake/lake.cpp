@@ -94,7 +94,8 @@ std::size_t Lake::reclaim() {
   return released;
 }
 
-std::size_t Lake::largest_free_block() const {
+std::size_t Lake::largest_free_block() {
+  catch_up();
   std::size_t largest = fragments_.empty() ? 0 : (*fragments_.rbegin())->size;
   if (!idle_by_size_.empty()) largest = std::max(largest, idle_by_size_.rbegin()->first);
   if (!free_chunks_.empty()) largest = std::max(largest, free_chunks_.rbegin()->first);
@@ -180,7 +181,8 @@ std::string Lake::check_invariants() const {
     mapped += seg.size;
     std::uint32_t busy = 0, owned = 0;
     for (ChunkId c : seg.chunks) {
-      if (chunks_[c].owner != kNone) ++busy;
+      // As of the last catch-up: owned, unless it changed since.
+      if ((chunks_[c].owner != kNone) != ((chunks_[c].run_lag & kRunBehind) != 0)) ++busy;
       if (chunks_[c].owner == s) ++owned;
     }
     if (busy != seg.busy || owned != seg.owned) err << "segment " << s << " counts are off; ";

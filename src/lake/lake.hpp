@@ -109,7 +109,7 @@ class Lake {
   // Unmaps idle segments and releases free chunks no live segment maps.
   // Returns the physical bytes released.
   std::size_t reclaim();
-  std::size_t largest_free_block() const;
+  std::size_t largest_free_block();
   std::size_t free_chunk_bytes() const { return free_chunk_bytes_; }
   std::size_t fragment_bytes() const { return fragment_bytes_; }
   std::size_t allocated_bytes() const { return allocated_bytes_; }  // live blocks, rounded
@@ -166,7 +166,10 @@ class Lake {
   };
   // Free memory is scattered after a request had to stitch, or more is
   // mapped than the cache budget allows: a job would help.
-  // Not const: they may have the free runs catch up (catch_up_runs).
+  // Brings the segments mapping chunks claimed or freed since the last call
+  // up to date: busy counts, the idle index, free runs (note_chunk_change).
+  void catch_up();
+  // Not const: they may have the segments catch up (catch_up).
   bool wants_work();
   bool wants_consolidation();
   bool wants_reserve() const;
@@ -183,7 +186,7 @@ class Lake {
   std::string check_invariants() const;
   // For tests: entries of the free-run index, segments whose runs it holds.
   std::size_t free_run_count() {
-    catch_up_runs();
+    catch_up();
     return free_runs_.size();
   }
   std::size_t indexed_segment_count() const;
@@ -261,8 +264,6 @@ class Lake {
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void note_chunk_change(ChunkId c);
-  // Brings every segment's runs and the run index up to the chunks' state.
-  void catch_up_runs();
   void apply_stretches(const std::vector<Mapping>& slots, bool freed);
   // Drops segment `s`'s runs from the index for good (Segment::indexed).
   void unindex(SegmentId s);
@@ -352,8 +353,8 @@ class Lake {
   // Chunks marked kRunListed (some no longer behind), and how many are behind.
   std::vector<ChunkId> lagging_chunks_;
   std::size_t behind_chunks_ = 0;
-  bool runs_may_lag_ = false;  // the last large request came back to its place
-  std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up_runs' scratch
+  bool may_lag_ = false;  // the last large request came back to its place
+  std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up's scratch
   struct Stretch {
     std::uint32_t start = 0, count = 0;
   };

@@ -130,7 +130,7 @@ SegmentId Lake::map_segment(std::vector<ChunkId> ids, bool stitched) {
 
 // Enters a mapped range into the lake's tables.
 SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched) {
-  catch_up_runs();  // the new runs start from the chunks' state, as the others
+  catch_up();  // the new segment starts from the chunks' state, as the others
   const DevicePtr va = range.va;
   const std::size_t total = range.total;
   const std::size_t va_size = range.va_size;
@@ -177,7 +177,7 @@ SegmentId Lake::register_segment(std::vector<ChunkId> ids, MappedRange range, bo
 // Maps free chunks at the end of segment `s`; an idle one moves in the idle
 // index, which is keyed by size. False when the backend refuses.
 bool Lake::extend_segment(SegmentId s, std::vector<ChunkId> ids) {
-  catch_up_runs();  // the new slots join the runs as the chunks are now
+  catch_up();  // the new slots join as the chunks are now
   Segment& seg = segments_[s];
   std::size_t total = 0;
   for (ChunkId c : ids) total += chunks_[c].size;
@@ -256,6 +256,7 @@ bool Lake::unmap_segment(SegmentId id) {
 // Takes a segment that owns no chunk out of every table; returns what is
 // left to unmap and unreserve.
 Lake::Zombie Lake::detach_segment(SegmentId id) {
+  catch_up();
   Segment& seg = segments_[id];
   assert(!seg.pinned());
   unpinned_by_age_.erase({seg.last_used, id});
@@ -377,10 +378,6 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   c.owner_offset = offset_in_segment;
   c.pieces = new_piece({0, c.size, id, false, nullptr, nullptr});
   pin(s, &Segment::owned, true);
-  for (Mapping m : c.mapped_in) {
-    Segment& seg = segments_[m.segment];
-    if (seg.busy++ == 0) idle_erase(m.segment);
-  }
   note_chunk_change(id);
 }
 
@@ -394,10 +391,6 @@ void Lake::unclaim(ChunkId id) {
   c.owner = kNone;
   free_chunks_.emplace(c.size, id);
   free_chunk_bytes_ += c.size;
-  for (Mapping m : c.mapped_in) {
-    Segment& seg = segments_[m.segment];
-    if (--seg.busy == 0) idle_insert(m.segment);
-  }
   note_chunk_change(id);
 }
 
@@ -474,13 +467,15 @@ void Lake::dissolve_reserve(SegmentId s) {
   }
 }
 
-// A claim or free of chunk `id` flips whether the runs of the segments
-// mapping it are behind. They are left as they are until something reads
-// them: training frees a block and claims the same chunks again before any
-// request looks for a free run, and then the runs of the ~20 segments that
-// map a chunk (stitched ranges over it) need no change at all. Kept up to
-// date on every claim and free, that upkeep was 45% of the allocation path's
-// instructions on a repeated MoE trace.
+// A claim or free of chunk `id` flips whether the segments mapping it are
+// behind: their busy counts, the idle index and their free runs. They are
+// left as they are until something reads them: training frees a block and
+// claims the same chunks again before any request looks for an idle segment
+// or a free run, and then the ~20 segments that map a chunk (stitched ranges
+// over it) need no change at all. Kept up to date on every claim and free,
+// that upkeep was 60% of the allocation path's instructions on a repeated
+// MoE trace, and the slowest calls touched every one of those segments for
+// each chunk of a block.
 void Lake::note_chunk_change(ChunkId id) {
   std::uint8_t& lag = chunks_[id].run_lag;
   lag ^= kRunBehind;
@@ -494,14 +489,22 @@ void Lake::note_chunk_change(ChunkId id) {
   lagging_chunks_.push_back(id);
 }
 
-void Lake::catch_up_runs() {
+void Lake::catch_up() {
   if (lagging_chunks_.empty()) return;
   for (ChunkId id : lagging_chunks_) {
     Chunk& c = chunks_[id];
     if (c.run_lag & kRunBehind) {
-      std::vector<Mapping>& to = c.owner == kNone ? caught_freed_ : caught_claimed_;
-      for (Mapping m : c.mapped_in)
-        if (segments_[m.segment].indexed) to.push_back(m);
+      const bool owned = c.owner != kNone;
+      std::vector<Mapping>& to = owned ? caught_claimed_ : caught_freed_;
+      for (Mapping m : c.mapped_in) {
+        Segment& seg = segments_[m.segment];
+        if (owned) {
+          if (seg.busy++ == 0) idle_erase(m.segment);
+        } else if (--seg.busy == 0) {
+          idle_insert(m.segment);
+        }
+        if (seg.indexed) to.push_back(m);
+      }
     }
     c.run_lag = 0;
   }

@@ -36,10 +36,11 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   }
   const PlaceKey key = place_key(size, history);
   LakeResult r = try_remembered(key);
-  // Repeating: frees leave the runs behind, the next step claims the same
-  // chunks again (note_chunk_change). Otherwise runs are read at every large
-  // request, and frees keep them caught up so that no request pays for many.
-  runs_may_lag_ = r.ptr != 0;
+  // Repeating: frees leave the segments behind, the next step claims the same
+  // chunks again (note_chunk_change). Otherwise the ladder reads them at
+  // every large request, and frees keep them caught up so that no request
+  // pays for many.
+  may_lag_ = r.ptr != 0;
   if (r.ptr == 0) r = allocate_large(size);
   if (r.ptr == 0) return r;
   r.size = size;
@@ -75,7 +76,7 @@ LakeResult Lake::allocate_small(std::size_t size) {
   }
   // small_max may exceed a granule: cover the whole request.
   const std::size_t bytes = round_up(size, options_.granularity);
-  catch_up_runs();
+  catch_up();
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
@@ -90,6 +91,7 @@ LakeResult Lake::allocate_small(std::size_t size) {
 }
 
 LakeResult Lake::allocate_large(std::size_t size) {
+  catch_up();  // the ladder reads the idle index and the free runs
   const std::size_t bytes = round_up(size, options_.granularity);
   demand_target_ = std::max(demand_target_, bytes);
   if (SegmentId s = find_idle_segment(bytes); s != kNone)
@@ -98,7 +100,6 @@ LakeResult Lake::allocate_large(std::size_t size) {
   if (Piece* f = find_fragment(size))
     return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
             size};
-  catch_up_runs();  // the rest of the ladder reads the free runs
   if (LakeResult r = try_run_between_pieces(size); r.ptr) return r;
   SegmentId run_segment;
   std::uint32_t run_start;

@@ -25,15 +25,16 @@
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
 //   by exactly one segment that maps it and holds >= 1 live piece in it;
 //   sum(chunk sizes) == reserved bytes.
+// Behind: a chunk claimed or freed since the segments mapping it last
+// caught up (Lake::note_chunk_change, Lake::catch_up). Their busy counts, the
+// idle index and their free runs tell the chunk's state as of then.
 // Free runs: every maximal run of consecutive slots of an indexed segment
-// whose chunks are free, or claimed but still *behind* (claimed since the
-// runs last caught up), less those freed but still behind, is in
-// Segment::runs and in the lake's free-run index. Claims and frees mark the
-// chunk behind (Lake::note_chunk_change); whatever reads the runs first has
-// them catch up (Lake::catch_up_runs).
-// Segment state: busy == number of its chunks that have an owner; a segment
-// with busy == 0 is *idle* (cached, reusable whole, evictable); a segment can
-// be unmapped only when it owns no chunk and no allocation borrows through it.
+// whose chunks are free, or claimed but still behind, less those freed but
+// still behind, is in Segment::runs and in the lake's free-run index.
+// Segment state: busy == number of its chunks that have an owner (as of the
+// last catch-up); a segment with busy == 0 is *idle* (cached, reusable whole,
+// evictable); a segment can be unmapped only when it owns no chunk and no
+// allocation borrows through it.
 #pragma once
 
 #include <cstddef>

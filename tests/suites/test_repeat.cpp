@@ -127,10 +127,11 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
 }
 
 // A step that comes back to its places claims and frees the same chunks
-// again: the free runs of the segments mapping them are left behind meanwhile
-// (Lake::note_chunk_change) and catch up only where something reads them.
-// What the runs say is checked after every call, free plus behind, and every
-// block's bytes are checked before it is freed.
+// again: the segments mapping them (busy counts, idle index, free runs) are
+// left behind meanwhile (Lake::note_chunk_change) and catch up only where
+// something reads them. What they say is checked after every call against
+// the chunks' state and what changed since, and every block's bytes are
+// checked before it is freed.
 TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   auto a = make(1024 * MiB, training_like());
   Step step(*a, *platform_);
