@@ -359,9 +359,8 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
   throw memlake::out_of_memory(msg, bytes);
 }
 
-Stats AllocatorImpl::stats() {
+Stats AllocatorImpl::stats() const {
   std::lock_guard lock(mutex_);
-  lake_.catch_up();  // cached_segments
   Stats s = stats_;
   s.vmm_calls.current = static_cast<std::int64_t>(counting_->total());
   s.critical_path_vmm_calls.current = static_cast<std::int64_t>(counting_->critical_path());

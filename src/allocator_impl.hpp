@@ -41,7 +41,7 @@ class AllocatorImpl {
   void empty_cache();
   void process_pending_frees();
 
-  Stats stats();  // not const: the lake's gauges catch up first (Lake::catch_up)
+  Stats stats() const;
   void reset_peak_stats();
   const Config& config() const { return config_; }
   Backend& backend() { return *counting_; }

@@ -353,7 +353,10 @@ class Lake {
   // Chunks marked kRunListed (some no longer behind), and how many are behind.
   std::vector<ChunkId> lagging_chunks_;
   std::size_t behind_chunks_ = 0;
-  bool may_lag_ = false;  // the last large request came back to its place
+  // Large requests in a row that came back to their remembered places, with
+  // no request in between that had the segments catch up (Lake::allocate).
+  std::uint32_t hit_streak_ = 0;
+  bool may_lag_ = false;                                // frees leave the segments behind
   std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up's scratch
   struct Stretch {
     std::uint32_t start = 0, count = 0;

@@ -504,6 +504,7 @@ void Lake::catch_up() {
           idle_insert(m.segment);
         }
         if (seg.indexed) to.push_back(m);
+        ++stats_.caught_up_mappings.current;
       }
     }
     c.run_lag = 0;
