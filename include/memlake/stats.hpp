@@ -24,7 +24,7 @@
   X(path_stitch,             counter, "allocations that stitched existing chunks")             \
   X(path_new,                counter, "allocations that created new chunks")                   \
   X(path_reclaim,            counter, "allocations that succeeded after reclaim and retry")    \
-  X(remembered_hits,         counter, "large allocations placed where a block of their size was before")\
+  X(remembered_hits,         counter, "allocations placed where the same request was placed before")\
   X(caught_up_mappings,      counter, "segment entries caught up with chunks claimed or freed earlier")\
   X(ooms,                    counter, "allocations that failed with out of memory")            \
   X(stitches,                counter, "stitched segments built")                               \

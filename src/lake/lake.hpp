@@ -195,7 +195,8 @@ class Lake {
 
  private:
   // strategy.cpp
-  LakeResult allocate_small(std::size_t size);
+  LakeResult allocate_small(std::size_t size, std::uint64_t history);
+  LakeResult allocate_small_ladder(std::size_t size);
   LakeResult allocate_large(std::size_t size);
   SegmentId find_idle_segment(std::size_t bytes) const;
   bool find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;

@@ -38,7 +38,7 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   allow_map_ = allow_map;
   const std::size_t size = round_up(std::max<std::size_t>(requested, 1), kAlignment);
   if (size <= options_.small_max) {
-    LakeResult r = allocate_small(size);
+    LakeResult r = allocate_small(size, history);
     r.size = size;
     r.fence = r.ptr ? placed_fence_ : 0;
     return r;
@@ -79,11 +79,22 @@ Piece* Lake::find_fragment(std::size_t size) const {
 
 // Small requests share the free space of chunks already in use (tails of
 // large blocks, other small blocks) before a whole chunk is taken for them.
-LakeResult Lake::allocate_small(std::size_t size) {
+LakeResult Lake::allocate_small(std::size_t size, std::uint64_t history) {
   if (Piece* f = find_fragment(size)) {
     AllocPath path = f->size == size ? AllocPath::exact : AllocPath::split;
     return {place_on_piece(f, size, size), path, size};
   }
+  // A small request that takes a chunk of its own goes where it went last
+  // step, as large ones do: found by its place, it reads no free run, so the
+  // segments left behind (note_chunk_change) need not catch up for it.
+  const PlaceKey key = place_key(size, history);
+  if (LakeResult r = try_remembered(key); r.ptr) return r;
+  LakeResult r = allocate_small_ladder(size);
+  if (r.ptr) remember_place(key, r.ptr);
+  return r;
+}
+
+LakeResult Lake::allocate_small_ladder(std::size_t size) {
   // small_max may exceed a granule: cover the whole request.
   const std::size_t bytes = round_up(size, options_.granularity);
   if (!lagging_chunks_.empty()) {
