@@ -164,12 +164,12 @@ class Lake {
     StitchPlan plan;
     std::vector<Zombie> evictions;  // detached ranges to unmap
   };
-  // Free memory is scattered after a request had to stitch, or more is
-  // mapped than the cache budget allows: a job would help.
   // Brings the segments mapping chunks claimed or freed since the last call
   // up to date: busy counts, the idle index, free runs (note_chunk_change).
   void catch_up();
-  // Not const: they may have the segments catch up (catch_up).
+  // Free memory is scattered after a request had to stitch, or more is
+  // mapped than the cache budget allows: a job would help. Not const: they
+  // may have the segments catch up.
   bool wants_work();
   bool wants_consolidation();
   bool wants_reserve() const;

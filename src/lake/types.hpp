@@ -83,8 +83,9 @@ struct Chunk {
   std::uint32_t pins = 0;  // worker jobs mapping it without the lock: not to be released
   bool in_use = false;     // slot holds a chunk
   bool reserve = false;    // created by the worker ahead of demand, not yet taken
-  // kRunBehind: claimed or freed since the runs of the segments mapping it
-  // caught up; kRunListed: in the lake's list of such chunks.
+  // kRunBehind: claimed or freed since the segments mapping it caught up
+  // (busy counts, idle index, free runs); kRunListed: in the lake's list of
+  // such chunks.
   std::uint8_t run_lag = 0;
   // The last fence under which a block in it was freed (Lake::free): work
   // queued before that fence may still use it, so a stream given it waits.
