@@ -265,6 +265,8 @@ class Lake {
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void note_chunk_change(ChunkId c);
+  // Frees leave the segments behind: requests keep hitting their places.
+  bool frees_may_lag() const;
   void apply_stretches(const std::vector<Mapping>& slots, bool freed);
   // Drops segment `s`'s runs from the index for good (Segment::indexed).
   void unindex(SegmentId s);
@@ -357,7 +359,6 @@ class Lake {
   // Large requests in a row that came back to their remembered places, with
   // no request in between that had the segments catch up (Lake::allocate).
   std::uint32_t hit_streak_ = 0;
-  bool may_lag_ = false;                                // frees leave the segments behind
   std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up's scratch
   struct Stretch {
     std::uint32_t start = 0, count = 0;

@@ -254,7 +254,7 @@ void Lake::free(DevicePtr ptr, std::uint64_t fence, bool others_wait) {
   free_piece(a.piece);
   for (std::uint32_t i = 1; i < a.chunk_count; ++i)
     free_piece(chunks_[ids[a.first_chunk + i]].pieces);
-  if (!may_lag_) catch_up();
+  if (!frees_may_lag()) catch_up();
 }
 
 }  // namespace memlake::lake

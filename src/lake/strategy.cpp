@@ -31,6 +31,10 @@ constexpr std::size_t kBorrowMaxGranules = 2;
 constexpr std::uint32_t kLagAfterHits = 64;
 }  // namespace
 
+bool Lake::frees_may_lag() const {
+  return hit_streak_ >= kLagAfterHits;
+}
+
 LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
                           std::uint64_t history) {
   assert(requested <= options_.capacity);
@@ -50,7 +54,6 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   // While some miss, a request that reads the segments would pay for every
   // free since the last one, so frees keep them caught up.
   hit_streak_ = r.ptr != 0 ? hit_streak_ + 1 : 0;
-  may_lag_ = hit_streak_ >= kLagAfterHits;
   if (r.ptr == 0) r = allocate_large(size);
   if (r.ptr == 0) return r;
   r.size = size;
@@ -97,10 +100,7 @@ LakeResult Lake::allocate_small(std::size_t size, std::uint64_t history) {
 LakeResult Lake::allocate_small_ladder(std::size_t size) {
   // small_max may exceed a granule: cover the whole request.
   const std::size_t bytes = round_up(size, options_.granularity);
-  if (!lagging_chunks_.empty()) {
-    hit_streak_ = 0;
-    may_lag_ = false;
-  }
+  if (!lagging_chunks_.empty()) hit_streak_ = 0;
   catch_up();
   SegmentId run_segment;
   std::uint32_t run_start;
