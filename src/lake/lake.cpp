@@ -139,6 +139,7 @@ std::vector<std::pair<DevicePtr, std::size_t>> Lake::aliases(DevicePtr ptr,
 std::string Lake::check_invariants() const {
   std::ostringstream err;
   std::size_t reserved = 0, free_bytes = 0, fragment_bytes = 0, mapped = 0;
+  std::size_t head_bytes = 0, tail_bytes = 0;
   for (ChunkId id = 0; id < chunks_.size(); ++id) {
     const Chunk& c = chunks_[id];
     if (!c.in_use) continue;
@@ -165,6 +166,8 @@ std::string Lake::check_invariants() const {
         if (prev && !prev->allocated) err << "chunk " << id << " has adjacent free pieces; ";
         if (!fragments_.count(const_cast<Piece*>(p))) err << "free piece missing from the index; ";
         fragment_bytes += p->size;
+        if (!p->prev) head_bytes += p->size;
+        if (!p->next) tail_bytes += p->size;
       } else {
         ++allocated;
       }
@@ -235,6 +238,8 @@ std::string Lake::check_invariants() const {
     err << "reserved bytes " << reserved << " disagree with the counters; ";
   if (free_bytes != free_chunk_bytes_) err << "free chunk bytes disagree; ";
   if (fragment_bytes != fragment_bytes_) err << "fragment bytes disagree; ";
+  if (head_bytes != head_fragment_bytes_ || tail_bytes != tail_fragment_bytes_)
+    err << "free head and tail bytes disagree; ";
   std::size_t indexed = 0;
   for (const Piece* p : fragments_) indexed += p->size;
   if (indexed != fragment_bytes) err << "fragment index holds stale pieces; ";

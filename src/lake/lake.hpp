@@ -221,8 +221,8 @@ class Lake {
   PlaceKey place_key(std::size_t size, std::uint64_t history) const;
   void remember_place(PlaceKey key, DevicePtr ptr);
   LakeResult try_remembered(PlaceKey key);
-  bool free_at(DevicePtr ptr, std::size_t size, SegmentId* s, std::uint32_t* slot,
-               Piece** piece) const;
+  bool free_at(DevicePtr ptr, std::size_t size, SegmentId* s, std::uint32_t* slot, Piece** piece,
+               std::size_t* lead) const;
   bool excluded_from(ChunkId c, SegmentId s) const;
   bool extend_segment(SegmentId s, std::vector<ChunkId> ids);
   void remember_tail(SegmentId s, std::size_t last_chunk_index);
@@ -284,7 +284,11 @@ class Lake {
   void fragment_insert(Piece* p);
   void fragment_erase(Piece* p);
   DevicePtr piece_address(const Piece* p) const;
-  DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size);
+  DevicePtr place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,
+                       std::size_t lead = 0);
+  // Where a block placed on free chunks from slot `first` of `s` starts in
+  // the first: past a free head that takes the slack, or at 0.
+  std::size_t lead_for(SegmentId s, std::uint32_t first, std::size_t size) const;
   DevicePtr place_on_piece(Piece* fragment, std::size_t size, std::size_t requested);
   void record(DevicePtr ptr, const Allocation& a);
   void count_size(std::size_t size, int delta);  // allocated_by_size_
@@ -341,6 +345,10 @@ class Lake {
 
   std::size_t free_chunk_bytes_ = 0;
   std::size_t fragment_bytes_ = 0;
+  // Of those, in fragments that start their chunk (heads) and that end it
+  // (tails); a piece alone in its chunk is never free (the chunk would be).
+  std::size_t head_fragment_bytes_ = 0;
+  std::size_t tail_fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
   std::uint64_t fences_done_ = 0;

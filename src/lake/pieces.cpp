@@ -8,14 +8,21 @@
 
 namespace memlake::lake {
 
+// A fragment's neighbours do not change while it is indexed (free
+// neighbours merge, and carving takes it out first), so whether it starts
+// or ends its chunk holds until it leaves.
 void Lake::fragment_insert(Piece* p) {
   fragments_.insert(p);
   fragment_bytes_ += p->size;
+  if (!p->prev) head_fragment_bytes_ += p->size;
+  if (!p->next) tail_fragment_bytes_ += p->size;
 }
 
 void Lake::fragment_erase(Piece* p) {
   fragments_.erase(p);
   fragment_bytes_ -= p->size;
+  if (!p->prev) head_fragment_bytes_ -= p->size;
+  if (!p->next) tail_fragment_bytes_ -= p->size;
 }
 
 DevicePtr Lake::piece_address(const Piece* p) const {
@@ -119,14 +126,17 @@ bool Lake::borrows(const Allocation& a) const {
 
 // Places a block on segment `s` from chunk slot `first` on. With `tail` (the
 // free last piece of that slot's chunk, owned by `s`) the block starts inside
-// it, continuing the block before; otherwise it starts at the slot's chunk.
+// it, continuing the block before; with `lead`, `lead` bytes into that
+// slot's chunk, which must be free and which the block runs to the end of
+// (see lead_for); otherwise it starts at the slot's chunk.
 // The slots it runs over must hold free chunks, except that the last may be a
 // chunk whose leading piece is free and covers the rest (`s` owns it when a
 // block freed while small blocks still sit in its tail comes back to its
 // place). `tail` and that last chunk may be owned by another segment: the
 // block borrows them (try_borrowed_ends).
 // The tail of the last chunk becomes a fragment.
-DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size) {
+DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,
+                           std::size_t lead) {
   Segment& seg = segments_[s];
   if (seg.prepared) {
     seg.prepared = false;
@@ -141,6 +151,16 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
     ptr = seg.va + seg.offsets[first] + tail->offset;  // `s` may borrow it
     covered = tail->size;
     a.piece = carve(tail, std::min(tail->size, size));
+    a.chunk_count = 1;
+    ++i;
+  } else if (lead != 0) {
+    const ChunkId c = seg.chunks[i];
+    Chunk& chunk = chunks_[c];
+    assert(chunk.owner == kNone && lead < chunk.size && size >= chunk.size - lead);
+    claim(c, s, seg.offsets[i]);
+    ptr += lead;
+    covered = chunk.size - lead;
+    a.piece = carve_back(chunk.pieces, covered);
     a.chunk_count = 1;
     ++i;
   }
@@ -163,6 +183,27 @@ DevicePtr Lake::place_span(SegmentId s, std::uint32_t first, Piece* tail, std::s
   record(ptr, a);  // pins `s` when it borrows both ends and owns nothing
   touch(s);
   return ptr;
+}
+
+// A block placed on free chunks leaves the slack of its last granule free
+// at one end: after it, a free tail, where the next block may continue
+// (try_continuation) or a stitched range start (try_borrowed_ends); before
+// it, a free head, where a range that starts in a tail may end
+// (try_borrowed_ends, try_run_between_pieces). Blocks that all start their
+// chunks leave only tails, and a range across a tail then mapped a new
+// granule to end in. The slack goes before the block while heads hold fewer
+// free bytes than tails (pipeline sample, host backend, seeds 1-20:
+// utilization mean 0.9836 -> 0.9868, seeds below 0.98 4 -> 1).
+std::size_t Lake::lead_for(SegmentId s, std::uint32_t first, std::size_t size) const {
+  if (head_fragment_bytes_ >= tail_fragment_bytes_) return 0;
+  const Segment& seg = segments_[s];
+  std::size_t covered = 0;
+  for (std::uint32_t i = first; covered < size; ++i) {
+    if (i == seg.chunks.size() || chunks_[seg.chunks[i]].owner != kNone) return 0;
+    covered += chunks_[seg.chunks[i]].size;
+  }
+  const std::size_t lead = (covered - size) / kAlignment * kAlignment;
+  return lead < chunks_[seg.chunks[first]].size ? lead : 0;
 }
 
 // A block placed in the free head of a chunk (the piece before its first

@@ -35,14 +35,15 @@ void Lake::remember_place(PlaceKey key, DevicePtr ptr) {
 }
 
 // Whether a block of `size` bytes can start at `ptr` without mapping: the
-// chunk there is free and `ptr` starts it, or a free piece of it starts at
-// `ptr` (and ends the chunk, if the block goes on); the chunks after it are
+// chunk there is free (and `ptr` starts it, or the block runs from `ptr` to
+// its end or beyond: `lead` bytes in, see lead_for), or a free piece of it
+// starts at `ptr` (and ends the chunk, if the block goes on); the chunks after it are
 // free, and the last may hold small blocks behind a free head that covers
 // the rest. The first and the last chunk may be owned by another segment:
 // the block borrows them as it did before. Returns the segment,
 // the chunk slot and the free piece to start in (nullptr: a free chunk).
 bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint32_t* slot_out,
-                   Piece** piece_out) const {
+                   Piece** piece_out, std::size_t* lead_out) const {
   auto it = segment_at_.upper_bound(ptr);
   if (it == segment_at_.begin()) return false;
   const SegmentId s = std::prev(it)->second;
@@ -56,11 +57,11 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
   std::size_t covered = 0;
   Piece* piece = nullptr;
   if (first.owner == kNone) {
-    if (offset != 0 || first.reserve) return false;
+    if (first.reserve || (offset != 0 && size < first.size - offset)) return false;
     // Not in the middle of a free run: that would cut it where the ladder
     // would not, and leave free chunks before the block that fit less.
     if (slot != 0 && chunks_[seg.chunks[slot - 1]].owner == kNone) return false;
-    covered = first.size;
+    covered = first.size - offset;
   } else {
     // Owned by this segment, or by another one whose free tail the block
     // borrowed last time (try_borrowed_ends).
@@ -87,6 +88,7 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
   *s_out = s;
   *slot_out = slot;
   *piece_out = piece;
+  *lead_out = piece ? 0 : offset;
   return true;
 }
 
@@ -98,9 +100,10 @@ LakeResult Lake::try_remembered(PlaceKey key) {
     SegmentId s;
     std::uint32_t slot;
     Piece* piece;
-    if (!free_at(*p, size, &s, &slot, &piece)) continue;
+    std::size_t lead;
+    if (!free_at(*p, size, &s, &slot, &piece, &lead)) continue;
     ++stats_.remembered_hits.current;
-    return {place_span(s, slot, piece, size), AllocPath::exact, size};
+    return {place_span(s, slot, piece, size, lead), AllocPath::exact, size};
   }
   return {};
 }

@@ -15,8 +15,9 @@
 //  allocation  What the caller holds: one piece, or pieces of several
 //              consecutive chunks of one segment: the first may start inside
 //              its chunk (a *continuation* of the tail of the block before
-//              it, so that chunk's tail is not wasted); the others start at
-//              their chunk's offset 0. The first and the last chunk may be
+//              it, so that chunk's tail is not wasted, or past a free *head*
+//              left for the slack of its last granule, Lake::lead_for); the
+//              others start at their chunk's offset 0. The first and the last chunk may be
 //              owned by another segment (*borrowed ends*: the allocation's
 //              segment was mapped over a chunk with a free tail, chunks for
 //              the middle and a chunk with a free head).

@@ -259,6 +259,49 @@ TEST_F(CoreTest, ASmallBlockInAFreeHeadLeavesAHead) {
   EXPECT_INVARIANTS(*a);
 }
 
+// While free heads hold fewer bytes than free tails, a block placed on free
+// chunks leaves its slack before it, as a head: a later block that starts in
+// a tail can end there instead of in a new granule. Placed at the start of
+// its chunks, the block would leave one more tail and the later block would
+// make memory.
+TEST_F(CoreTest, ABlockLeavesItsSlackAsAHeadWhereHeadsAreScarce) {
+  auto a = make_granule_chunks(64 * MiB);
+  // Chunks C1 C2 C3 of one segment; C3: [P 256K][R 256K][free tail 1.5M].
+  const std::size_t p_size = 4 * MiB + 256 * KiB;
+  void* p = a->allocate(p_size);
+  void* r = a->allocate(256 * KiB);
+  ASSERT_EQ(static_cast<char*>(r), static_cast<char*>(p) + p_size) << "R shares P's last chunk";
+  platform_->fill(r, 256 * KiB, 1);
+  a->deallocate(p, p_size);
+  settle_all(*a);
+  // C1 and C2 are a free run; free heads 256K (C3's), free tails 1.5M.
+  const Stats before_q = a->stats();
+  void* q = a->allocate(3 * MiB);
+  EXPECT_EQ(static_cast<char*>(q), static_cast<char*>(p) + 1 * MiB)
+      << "the 1 MiB of slack stays free before the block, at the start of C1";
+  EXPECT_EQ(a->stats().reserved_bytes.current, before_q.reserved_bytes.current);
+  platform_->fill(q, 3 * MiB, 2);
+  EXPECT_INVARIANTS(*a);
+
+  // C3's free tail (1.5M) and C1's free head (1M) hold 2.5 MiB.
+  const Stats before = a->stats();
+  void* across = a->allocate(2560 * KiB);
+  const Stats after = a->stats();
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
+  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  platform_->fill(across, 2560 * KiB, 3);
+  EXPECT_TRUE(platform_->check(r, 256 * KiB, 1));
+  EXPECT_TRUE(platform_->check(q, 3 * MiB, 2));
+  EXPECT_TRUE(platform_->check(across, 2560 * KiB, 3));
+  EXPECT_INVARIANTS(*a);
+  for (auto [ptr, n] : {std::pair{r, 256 * KiB}, {q, 3 * MiB}, {across, 2560 * KiB}})
+    a->deallocate(ptr, n);
+  settle_all(*a);
+  a->empty_cache();
+  EXPECT_EQ(a->stats().reserved_bytes.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
 TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
