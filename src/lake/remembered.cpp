@@ -37,9 +37,9 @@ void Lake::remember_place(PlaceKey key, DevicePtr ptr) {
 // Whether a block of `size` bytes can start at `ptr` without mapping: the
 // chunk there is free (and `ptr` starts it, or the block runs from `ptr` to
 // its end or beyond: `lead` bytes in, see lead_for), or a free piece of it
-// starts at `ptr` (and ends the chunk, if the block goes on); the chunks after it are
-// free, and the last may hold small blocks behind a free head that covers
-// the rest. The first and the last chunk may be owned by another segment:
+// starts at `ptr` (and ends the chunk, if the block goes on); the chunks
+// after it are free, and the last may hold small blocks behind a free head
+// that covers the rest. The first and the last chunk may be owned by another segment:
 // the block borrows them as it did before. Returns the segment,
 // the chunk slot and the free piece to start in (nullptr: a free chunk).
 bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint32_t* slot_out,

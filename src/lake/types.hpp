@@ -17,10 +17,10 @@
 //              its chunk (a *continuation* of the tail of the block before
 //              it, so that chunk's tail is not wasted, or past a free *head*
 //              left for the slack of its last granule, Lake::lead_for); the
-//              others start at their chunk's offset 0. The first and the last chunk may be
-//              owned by another segment (*borrowed ends*: the allocation's
-//              segment was mapped over a chunk with a free tail, chunks for
-//              the middle and a chunk with a free head).
+//              others start at their chunk's offset 0. The first and the
+//              last chunk may be owned by another segment (*borrowed ends*:
+//              the allocation's segment was mapped over a chunk with a free
+//              tail, chunks for the middle and a chunk with a free head).
 //
 // Chunk identity (checked by Lake::check_invariants):
 //   every chunk is free (in the free pool, no owner, no live piece) or owned
