@@ -190,7 +190,7 @@ class Lake {
     return free_runs_.size();
   }
   std::size_t indexed_segment_count() const;
-  std::size_t behind_chunk_count() const { return behind_chunks_; }
+  std::size_t behind_chunk_count() const;
   std::size_t indexed_consolidated_ranges() const { return consolidated_.size(); }
 
  private:
@@ -361,9 +361,9 @@ class Lake {
   std::size_t creating_bytes_ = 0;           // a reserve job's chunks in the making
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
   std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
-  // Chunks marked kRunListed (some no longer behind), and how many are behind.
+  // Chunks marked kRunListed (some no longer behind). A chunk released while
+  // listed loses its marks, so catch_up skips its entry.
   std::vector<ChunkId> lagging_chunks_;
-  std::size_t behind_chunks_ = 0;
   // Large requests in a row that came back to their remembered places, with
   // no request in between that had the segments catch up (Lake::allocate).
   std::uint32_t hit_streak_ = 0;

@@ -63,7 +63,6 @@ void Lake::release_chunk(ChunkId id) {
   gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
   gauge(stats_.chunks, -1);
   ++stats_.chunks_released.current;
-  if (c.run_lag & kRunBehind) --behind_chunks_;  // its list entry is skipped
   c = Chunk{};
   free_chunk_slots_.push_back(id);
 }
@@ -479,12 +478,7 @@ void Lake::dissolve_reserve(SegmentId s) {
 void Lake::note_chunk_change(ChunkId id) {
   std::uint8_t& lag = chunks_[id].run_lag;
   lag ^= kRunBehind;
-  if (!(lag & kRunBehind)) {
-    --behind_chunks_;
-    return;
-  }
-  ++behind_chunks_;
-  if (lag & kRunListed) return;
+  if (!(lag & kRunBehind) || (lag & kRunListed)) return;
   lag |= kRunListed;
   lagging_chunks_.push_back(id);
 }
@@ -510,7 +504,6 @@ void Lake::catch_up() {
     c.run_lag = 0;
   }
   lagging_chunks_.clear();
-  behind_chunks_ = 0;
   apply_stretches(caught_claimed_, /*freed=*/false);
   apply_stretches(caught_freed_, /*freed=*/true);
   caught_claimed_.clear();
