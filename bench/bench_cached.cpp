@@ -24,8 +24,8 @@ void cached_memlake(benchmark::State& state, BackendKind backend) {
       a.deallocate(p, bytes, s);
     }
     const Stats s1 = a.stats();
-    state.counters["same_stream"] =
-        per_iteration(s1.path_stream_cache.current - s0.path_stream_cache.current);
+    state.counters["remembered"] =
+        per_iteration(s1.rung_remembered.current - s0.rung_remembered.current);
     state.counters["vmm_calls"] =
         per_iteration(s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current);
     a.destroy_stream(s);

@@ -31,7 +31,7 @@ void new_memlake(benchmark::State& state, std::size_t max_chunk) {
       a.deallocate(p, bytes, s);
     }
     const Stats s1 = a.stats();
-    state.counters["new"] = per_iteration(s1.path_new.current - s0.path_new.current);
+    state.counters["new"] = per_iteration(s1.rung_new_memory.current - s0.rung_new_memory.current);
     state.counters["vmm_calls"] =
         per_iteration(s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current);
     a.destroy_stream(s);

@@ -46,7 +46,7 @@ void stitch_memlake(benchmark::State& state, BackendKind backend, WorkerMode wor
       void* big = a.allocate(n * kPiece, s);
       state.SetIterationTime(seconds_since(t0));
       const Stats s1 = a.stats();
-      stitches += s1.path_stitch.current - s0.path_stitch.current;
+      stitches += s1.rung_stitch.current - s0.rung_stitch.current;
       vmm += s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current;
       new_bytes += s1.reserved_bytes.current - s0.reserved_bytes.current;
       a.deallocate(big, n * kPiece, s);
@@ -97,7 +97,7 @@ void stitch_prestitched_memlake(benchmark::State& state, BackendKind backend) {
       void* big = a.allocate(n * kPiece, s);
       state.SetIterationTime(seconds_since(t0));
       const Stats s1 = a.stats();
-      stitches += s1.path_stitch.current - s0.path_stitch.current;
+      stitches += s1.rung_stitch.current - s0.rung_stitch.current;
       vmm += s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current;
       new_bytes += s1.reserved_bytes.current - s0.reserved_bytes.current;
       a.deallocate(big, n * kPiece, s);
@@ -143,7 +143,8 @@ void stitch_cached_memlake(benchmark::State& state) {
       a.deallocate(big, n * kPiece, s);
     }
     const Stats s1 = a.stats();
-    state.counters["exact"] = per_iteration(s1.path_exact.current - s0.path_exact.current);
+    state.counters["idle_segment"] =
+        per_iteration(s1.rung_idle_segment.current - s0.rung_idle_segment.current);
     state.counters["vmm_calls"] =
         per_iteration(s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current);
     for (std::size_t i = 0; i < blocks.size(); i += 2) a.deallocate(blocks[i], kPiece, s);

@@ -132,9 +132,9 @@ class Run {
     const std::uint8_t b = in_.byte();
     c.max_chunk = kGranule << (b & 3);
     c.small_max = std::size_t{1} << (9 + ((b >> 2) & 7));  // 512 B .. 64 KiB
-    c.cross_stream_wait = (b & 0x20) != 0;
+    c.large_chunk = (b & 0x20) ? kGranule * 2 : 0;
+    c.large_chunk_from = kGranule * 8;
     const std::uint8_t b2 = in_.byte();
-    c.free_batch = 1 + (b2 & 7);
     // The mapping worker inline (deterministic) or off; never a thread here,
     // so that an input always replays the same way.
     c.worker = (b2 & 8) ? memlake::WorkerMode::inline_jobs : memlake::WorkerMode::off;
@@ -377,8 +377,7 @@ class Run {
     for (int i = 0; i < kStreams; ++i) alloc_->backend().stream_synchronize(streams_[i]);
     alloc_->empty_cache();
     const memlake::Stats s = alloc_->stats();
-    if (s.live_bytes.current != 0 || s.reserved_bytes.current != 0 ||
-        s.pending_free_bytes.current != 0)
+    if (s.live_bytes.current != 0 || s.reserved_bytes.current != 0)
       fail("memory left after freeing everything and empty_cache");
     if (host_->live_chunks() != 0 || host_->mapped_ranges() != 0 || host_->reserved_ranges() != 0)
       fail("the backend still holds chunks, mappings or reservations");

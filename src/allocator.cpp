@@ -14,15 +14,6 @@ namespace memlake {
 
 namespace {
 
-std::size_t round_up(std::size_t n, std::size_t to) {
-  return (n + to - 1) / to * to;
-}
-
-constexpr std::size_t kMaxClosedBatches = 8;
-// A pending block taken under memory pressure is split when at least this
-// much of it would otherwise go unused.
-constexpr std::size_t kMinSplitRemainder = std::size_t{64} << 10;
-
 std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, CountingBackend** out) {
   if (!backend) throw error("memlake: no backend given");
   auto counting = std::make_unique<CountingBackend>(std::move(backend));
@@ -30,16 +21,32 @@ std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, Countin
   return counting;
 }
 
-lake::LakeOptions lake_options(const Config& c, const Backend& b) {
+// The one place capacity is decided: the backend's (which applied capacity
+// or capacity_fraction when make_backend built it), or less where a caller
+// gave its own backend with a smaller capacity in the config.
+std::size_t capacity_of(const Config& c, const Backend& b) {
+  return c.capacity != 0 ? std::min(c.capacity, b.capacity()) : b.capacity();
+}
+
+// The config is checked before anything is built over it.
+const Config& validated(const Config& c) {
+  c.validate();
+  return c;
+}
+
+lake::LakeOptions lake_options(const Config& c, const CountingBackend& b) {
   lake::LakeOptions o;
   o.granularity = b.granularity();
-  o.capacity = c.capacity != 0 ? std::min(c.capacity, b.capacity()) : b.capacity();
+  o.capacity = capacity_of(c, b);
+  if (o.capacity < o.granularity) {
+    throw config_error("memlake config: capacity " + std::to_string(o.capacity) +
+                       " bytes is below one chunk (the " + b.upstream().name() +
+                       " backend's granularity, " + std::to_string(o.granularity) + " bytes)");
+  }
   o.small_max = c.small_max;
   o.max_chunk = std::max(c.max_chunk, o.granularity);
   o.large_chunk = c.large_chunk == 0 ? 0 : std::max(c.large_chunk, o.granularity);
   o.large_chunk_from = c.large_chunk_from;
-  o.huge_chunk = c.huge_chunk == 0 ? 0 : std::max(c.huge_chunk, o.granularity);
-  o.huge_chunk_from = c.huge_chunk_from;
   o.fit_slack = c.fit_slack;
   o.stitch_cache_ratio = c.stitch_cache_ratio;
   o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);
@@ -70,12 +77,11 @@ void fix_counter(StatValue& v) {
 }  // namespace
 
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
-    : config_(config),
+    : config_(validated(config)),
       backend_(wrap_counting(std::move(backend), &counting_)),
       recorder_(make_recorder(config_, observers_)),
-      lake_(*backend_, lake_options(config_, *backend_), stats_, observers_),
-      scheduler_(*backend_, stats_, config_.free_batch, config_.free_batch_bytes,
-                 config_.direct_free && config_.cross_stream_wait, config_.direct_free_streams),
+      lake_(*backend_, lake_options(config_, *counting_), stats_, observers_),
+      order_(*backend_, stats_),
       worker_(mutex_, lake_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
@@ -89,146 +95,64 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
   const std::uint64_t history = history_.push(bytes);
-  if (MEMLAKE_LIKELY(bytes <= lake_.capacity())) {
-    const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
-    StreamScheduler::Block b;
-    // Only the same rounded size: a larger block handed out here would keep
-    // its surplus from the lake (which fits with less waste) until freed.
-    if (scheduler_.take_same_stream(stream, size, size, &b))
-      return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
-  }
   return allocate_slow(bytes, stream, history);
 }
 
 void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history) {
-  ScopedNanos timed(stats_.slow_path_ns);
-  StreamScheduler::CallScope call(scheduler_);
+  ScopedNanos timed(stats_.allocate_ns);
+  StreamOrder::CallScope call(order_);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
-  if (!scheduler_.known_stream(stream)) {
+  if (!order_.admit(stream)) {
     ++stats_.misuse_errors.current;
     char buf[128];
     std::snprintf(buf, sizeof buf, "unknown stream %p: not a stream of this allocator's %s backend",
                   stream, counting_->upstream().name());
     misuse(buf);
   }
-  const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
-  // Frees whose work has completed are memory for everyone: hand them to the
-  // lake before it looks for space. With lazy_batches, what is mapped and
-  // free serves first, and open batches (an event record each, microseconds
-  // on a GPU) are closed only before the lake would map: until then their
-  // blocks stay where a same-size request on their stream takes them back.
-  const auto release = [this](const StreamScheduler::Block& b) { release_to_lake(b); };
-  const auto release_fenced = [this](const StreamScheduler::Block& b, std::uint64_t fence) {
-    lake_.free(b.ptr, fence);
-  };
-  const bool may_order_streams = config_.cross_stream_wait && config_.fence;
-  lake_.fences_completed(scheduler_.completed_fences());
-  lake::LakeResult r;
-  if (config_.lazy_batches) {
-    scheduler_.harvest(release);
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
-  }
-  if (!r.ptr) {
-    scheduler_.close_open_batches();
-    scheduler_.harvest(release);
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
-  }
-  // Before anything is mapped: this stream's own pending frees, which it may
-  // reuse at once. While the GPU runs behind the host most of them are still
-  // pending; without them a repeated training step found the places of its
-  // last step taken and stitched (~400 VMM calls per GPT-2 step on the H200).
-  if (!r.ptr && may_order_streams && scheduler_.release_own(stream, release_fenced) != 0)
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
+  lake_.fences_completed(order_.completed());
+  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
   if (!r.ptr) r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/true, history);
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
-  if (r.ptr) return from_lake(r, bytes, stream, r.path);
-  StreamScheduler::Block b;
-  if (config_.cross_stream_wait &&
-      scheduler_.take_cross_stream(stream, size, lake_.reuse_limit(size), &b))
-    return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
-  // Before new memory: a larger pending block, of this stream or handed
-  // over from another by a GPU-side wait, split so that what the request
-  // does not need is pending on this stream (reusable here at once, and by
-  // the others after this stream's next event).
-  if (config_.cross_stream_wait && scheduler_.take_smallest(stream, size, &b)) {
-    if (b.size >= size + kMinSplitRemainder) {
-      const DevicePtr rest = lake_.split(b.ptr, size);
-      scheduler_.defer({rest, b.size - size}, stream, {});
-      b.size = size;
-    }
-    return hand_out(b.ptr, b.size, bytes, stream, AllocPath::stream_cache);
-  }
-  // Still before new memory: every pending block at once, made free for
-  // every stream by GPU-side waits, where together with the lake's free
-  // space they could hold the request.
-  if (may_order_streams && scheduler_.pending_blocks() != 0 &&
-      scheduler_.pending_bytes() + lake_.free_chunk_bytes() + lake_.fragment_bytes() >= size &&
-      scheduler_.fence_all(release_fenced) != 0) {
-    r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/true, history);
-    if (r.ptr) return from_lake(r, bytes, stream, r.path);
-  }
+  if (r.ptr) return from_lake(r, bytes, stream, r.rung);
   r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
-  if (r.ptr) return from_lake(r, bytes, stream, r.path);
+  if (r.ptr) return from_lake(r, bytes, stream, r.rung);
   // Reclaim: unmap cached ranges and release unused chunks, then retry once.
-  scheduler_.close_direct_fence();
-  lake_.fences_completed(scheduler_.completed_fences());
+  order_.record_open_fences();
+  lake_.fences_completed(order_.completed());
   lake_.reclaim();
   r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
-  if (r.ptr) return from_lake(r, bytes, stream, AllocPath::reclaim);
+  if (r.ptr) return from_lake(r, bytes, stream, Rung::reclaim_retry);
   out_of_memory(bytes, stream);
 }
 
 // Memory from the lake may have been freed under a fence another stream
 // recorded (release_own): the caller's stream waits for that work first.
 void* AllocatorImpl::from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream,
-                               AllocPath path) {
+                               Rung rung) {
   if (MEMLAKE_UNLIKELY(r.fence > lake_.fences_done())) {
     try {
-      scheduler_.wait_for_fences(stream, r.fence);
+      order_.wait_for(stream, r.fence);
     } catch (...) {
       lake_.free(r.ptr);
       throw;
     }
   }
-  return hand_out(r.ptr, r.size, requested, stream, path);
+  return hand_out(r.ptr, r.size, requested, stream, rung);
 }
 
 void* AllocatorImpl::hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
-                              AllocPath path) {
+                              Rung rung) {
   live_.emplace(ptr, LiveBlock{size, requested, stream, {}});
   ++stats_.allocs.current;
-  switch (path) {
-    case AllocPath::stream_cache:
-      ++stats_.path_stream_cache.current;
-      break;
-    case AllocPath::exact:
-      ++stats_.path_exact.current;
-      break;
-    case AllocPath::split:
-      ++stats_.path_split.current;
-      break;
-    case AllocPath::stitch:
-      ++stats_.path_stitch.current;
-      break;
-    case AllocPath::fresh:
-      ++stats_.path_new.current;
-      break;
-    case AllocPath::reclaim:
-      ++stats_.path_reclaim.current;
-      break;
-  }
+  ++rung_stat(stats_, rung).current;
   gauge(stats_.live_bytes, static_cast<std::int64_t>(size));
   gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
   void* p = reinterpret_cast<void*>(ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_alloc(p, requested, stream, path); });
+    observers_.each([&](Observer& o) { o.on_alloc(p, requested, stream, rung); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
   return p;
-}
-
-void AllocatorImpl::release_to_lake(const StreamScheduler::Block& b) {
-  lake_.free(b.ptr);
 }
 
 void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
@@ -248,7 +172,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
                   ptr, bytes, it->second.requested);
     misuse(buf);
   }
-  if (MEMLAKE_UNLIKELY(!scheduler_.known_stream(stream))) {
+  if (MEMLAKE_UNLIKELY(!order_.admit(stream))) {
     ++stats_.misuse_errors.current;
     char buf[128];
     std::snprintf(buf, sizeof buf, "unknown stream %p given to free %p", stream, ptr);
@@ -266,24 +190,9 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   std::erase(block.also_used_on, stream);
   // A recorded stream destroyed since has finished its work (destroying a
   // stream drains it): nothing to wait for there.
-  std::erase_if(block.also_used_on, [&](Stream s) { return !scheduler_.known_stream(s); });
-  // Direct frees: the block goes to the lake at once
-  // (StreamScheduler::defer_direct).
-  if (!scheduler_.defer_direct({key, block.size}, stream, block.also_used_on,
-                               [this](const StreamScheduler::Block& b, std::uint64_t fence,
-                                      bool others_wait) { lake_.free(b.ptr, fence, others_wait); }))
-    scheduler_.defer({key, block.size}, stream, block.also_used_on);
-  if (config_.retire_per_free != 0 && scheduler_.closed_batches() != 0) {
-    ScopedNanos timed(stats_.slow_path_ns);
-    scheduler_.retire_some(stream, config_.retire_per_free,
-                           [this](const StreamScheduler::Block& b) { release_to_lake(b); });
-  }
-  // A loop that only ever reuses its own frees never reaches the slow path,
-  // which retires batches: retire them here before events pile up.
-  if (MEMLAKE_UNLIKELY(scheduler_.closed_batches() > kMaxClosedBatches)) {
-    ScopedNanos timed(stats_.slow_path_ns);
-    scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
-  }
+  std::erase_if(block.also_used_on, [&](Stream s) { return !order_.admit(s); });
+  const StreamOrder::FreeTag tag = order_.free_on(stream, block.also_used_on);
+  lake_.free(key, tag.fence, tag.others_wait);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
@@ -296,7 +205,7 @@ void AllocatorImpl::record_stream(void* ptr, Stream stream) {
     ++stats_.misuse_errors.current;
     misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
   }
-  if (!scheduler_.known_stream(stream)) {
+  if (!order_.admit(stream)) {
     ++stats_.misuse_errors.current;
     misuse("record_stream: unknown stream");
   }
@@ -308,31 +217,19 @@ void AllocatorImpl::record_stream(void* ptr, Stream stream) {
 
 void AllocatorImpl::process_pending_frees() {
   std::lock_guard lock(mutex_);
-  scheduler_.close_direct_fence();
-  scheduler_.close_open_batches();
-  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
+  order_.record_open_fences();
 }
 
 void AllocatorImpl::empty_cache() {
   std::unique_lock lock(mutex_);
   worker_.wait_idle(lock);  // its pinned chunks must be released too
-  scheduler_.close_direct_fence();
-  scheduler_.close_open_batches();
-  scheduler_.harvest([this](const StreamScheduler::Block& b) { release_to_lake(b); });
-  lake_.fences_completed(scheduler_.completed_fences());
+  order_.record_open_fences();
+  lake_.fences_completed(order_.completed());
   lake_.reclaim();
 }
 
 // Why `ptr` is not a block the caller holds.
 std::string AllocatorImpl::bad_pointer(DevicePtr ptr) const {
-  if (scheduler_.is_pending(ptr)) {
-    char buf[160];
-    std::snprintf(
-        buf, sizeof buf,
-        "double free of %p: it was freed already (that free is still pending on its stream)",
-        reinterpret_cast<void*>(ptr));
-    return buf;
-  }
   return lake_.diagnose_bad_pointer(ptr);
 }
 
@@ -354,8 +251,7 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
   msg += "; live " + gib(static_cast<std::size_t>(stats_.live_bytes.current)) + ", reserved " +
          gib(static_cast<std::size_t>(stats_.reserved_bytes.current)) + ", largest free block " +
          gib(lake_.largest_free_block()) + ", free in unused chunks " +
-         gib(lake_.free_chunk_bytes()) + ", pending frees " + gib(scheduler_.pending_bytes()) +
-         ", capacity " + gib(lake_.capacity());
+         gib(lake_.free_chunk_bytes()) + ", capacity " + gib(lake_.capacity());
   throw memlake::out_of_memory(msg, bytes);
 }
 
@@ -414,7 +310,7 @@ Stream AllocatorImpl::create_stream() {
 void AllocatorImpl::destroy_stream(Stream stream) {
   {
     std::lock_guard lock(mutex_);
-    scheduler_.forget_stream(stream);
+    order_.forget(stream);
   }
   if (backend_->stream_destroy(stream) != Status::ok)
     throw backend_error("memlake: stream_destroy failed: " + backend_->last_error());
@@ -427,8 +323,8 @@ std::string AllocatorImpl::check_invariants() const {
   for (const auto& [ptr, b] : live_) live += b.size;
   if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)
     err += "live bytes disagree with the stats; ";
-  if (live + scheduler_.pending_bytes() != lake_.allocated_bytes())
-    err += "live + pending bytes disagree with the lake's allocated bytes; ";
+  if (live != lake_.allocated_bytes())
+    err += "live bytes disagree with the lake's allocated bytes; ";
   return err;
 }
 
@@ -451,7 +347,7 @@ std::vector<std::pair<DevicePtr, std::size_t>> AllocatorImpl::aliases(const void
 // ---- memlake::Allocator --------------------------------------------------
 
 Allocator::Allocator(const Config& config)
-    : impl_(std::make_unique<AllocatorImpl>(config, make_backend(config))) {}
+    : impl_(std::make_unique<AllocatorImpl>(config, make_backend(validated(config)))) {}
 Allocator::Allocator(const Config& config, std::unique_ptr<Backend> backend)
     : impl_(std::make_unique<AllocatorImpl>(config, std::move(backend))) {}
 Allocator::~Allocator() = default;
@@ -488,9 +384,7 @@ int Allocator::device() const {
   return impl_->backend().device();
 }
 std::size_t Allocator::capacity() const {
-  const Config& c = impl_->config();
-  const std::size_t b = impl_->backend().capacity();
-  return c.capacity != 0 ? std::min(c.capacity, b) : b;
+  return impl_->lake().capacity();
 }
 std::size_t Allocator::granularity() const {
   return impl_->backend().granularity();

@@ -24,7 +24,7 @@
 #include "node_pool.hpp"
 #include "observers.hpp"
 #include "request_history.hpp"
-#include "stream/scheduler.hpp"
+#include "stream/stream_order.hpp"
 #include "trace/recorder.hpp"
 #include "worker/mapping_worker.hpp"
 
@@ -60,7 +60,6 @@ class AllocatorImpl {
   // For diagnostics and tests; the caller must not run allocations meanwhile.
   const lake::Lake& lake() const { return lake_; }
   lake::Lake& lake() { return lake_; }  // for tests that have the runs catch up
-  const StreamScheduler& scheduler() const { return scheduler_; }
 
  private:
   struct LiveBlock {
@@ -71,13 +70,11 @@ class AllocatorImpl {
   };
 
   MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history);
-  void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
-                 AllocPath path);
-  void* from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream, AllocPath path);
+  void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream, Rung rung);
+  void* from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream, Rung rung);
   [[noreturn]] void misuse(const std::string& message) const;
   std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
-  void release_to_lake(const StreamScheduler::Block& b);
   void check_debug() const;
 
   Config config_;
@@ -88,7 +85,7 @@ class AllocatorImpl {
   ObserverList observers_;
   std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
   lake::Lake lake_;
-  StreamScheduler scheduler_;
+  StreamOrder order_;
   NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free
   using LiveMap =
       std::unordered_map<DevicePtr, LiveBlock, std::hash<DevicePtr>, std::equal_to<DevicePtr>,

@@ -1,23 +1,15 @@
-// Names of the allocation paths, as observers, traces and tools print them.
-// They match the path_* stat names (path_new for AllocPath::fresh).
+// Names of the ladder's rungs, as stats, observers, traces and tools print them.
 #include "memlake/observer.hpp"
 
 namespace memlake {
 
-const char* alloc_path_name(AllocPath p) {
-  switch (p) {
-    case AllocPath::stream_cache:
-      return "stream_cache";
-    case AllocPath::exact:
-      return "exact";
-    case AllocPath::split:
-      return "split";
-    case AllocPath::stitch:
-      return "stitch";
-    case AllocPath::fresh:
-      return "new";
-    case AllocPath::reclaim:
-      return "reclaim";
+const char* rung_name(Rung r) {
+  switch (r) {
+#define MEMLAKE_RUNG_NAME(name, help) \
+  case Rung::name:                    \
+    return #name;
+    MEMLAKE_RUNGS(MEMLAKE_RUNG_NAME)
+#undef MEMLAKE_RUNG_NAME
   }
   return "unknown";
 }

@@ -42,6 +42,7 @@ struct Option {
   double max = kNoLimit;
   bool power_of_two = false;
   std::string_view help;
+  bool tuning = false;  // changes placement and caching, not what memlake may use
 };
 
 // clang-format off
@@ -56,61 +57,16 @@ constexpr std::array kOptions = {
          "joined by + (1+3)"},
   Option{"capacity", &Config::capacity, Unit::size, 0, kNoLimit, false,
          "physical bytes the allocator may hold; 0: the backend's default "
-         "(host: 80G, cuda: free device memory at start)"},
+         "(host: 80G, cuda: free device memory at start); not with capacity_fraction"},
   Option{"capacity_fraction", &Config::capacity_fraction, Unit::number, 0, 1, false,
-         "when > 0, take this share of the device's total memory instead of capacity"},
-  Option{"host_granularity", &Config::host_granularity, Unit::size, 4096, 1 << 30, true,
-         "host backend: chunk and mapping granularity"},
-  Option{"host_simulate_latency", &Config::host_simulate_latency, Unit::flag, 0, 0, false,
-         "host backend: add the VMM call latencies measured on an H200"},
-  Option{"small_max", &Config::small_max, Unit::size, 0, kNoLimit, false,
-         "requests up to this size are packed into free space of chunks in use first"},
-  Option{"max_chunk", &Config::max_chunk, Unit::size, 4096, kNoLimit, false,
-         "largest chunk created at once; larger requests get several chunks"},
-  Option{"large_chunk", &Config::large_chunk, Unit::size, 0, kNoLimit, false,
-         "chunk size for the body of requests of at least large_chunk_from (0: max_chunk)"},
-  Option{"large_chunk_from", &Config::large_chunk_from, Unit::size, 0, kNoLimit, false,
-         "requests this large get their body in large_chunk chunks"},
-  Option{"huge_chunk", &Config::huge_chunk, Unit::size, 0, kNoLimit, false,
-         "chunk size for the body of requests of at least huge_chunk_from (0, the default: "
-         "large_chunk)"},
-  Option{"huge_chunk_from", &Config::huge_chunk_from, Unit::size, 0, kNoLimit, false,
-         "requests this large get their body in huge_chunk chunks"},
-  Option{"fit_slack", &Config::fit_slack, Unit::number, 0, 4, false,
-         "a cached block this much larger than the request (as a fraction of it) still fits"},
-  Option{"stitch_cache_ratio", &Config::stitch_cache_ratio, Unit::number, 0, 64, false,
-         "idle mappings are kept while mapped bytes stay below (1 + ratio) * reserved bytes"},
-  Option{"max_stitch_chunks", &Config::max_stitch_chunks, Unit::integer, 1, 4096, false,
-         "most chunks combined into one stitched range"},
-  Option{"cross_stream_wait", &Config::cross_stream_wait, Unit::flag, 0, 0, false,
-         "a stream may take another stream's pending free block through a GPU-side wait"},
-  Option{"fence", &Config::fence, Unit::flag, 0, 0, false,
-         "with cross_stream_wait: before new memory, all pending frees become free for all "
-         "streams through GPU-side waits of every stream on every other"},
-  Option{"free_batch", &Config::free_batch, Unit::integer, 1, 65536, false,
-         "frees on one stream that share one event"},
-  Option{"direct_free", &Config::direct_free, Unit::flag, 0, 0, false,
-         "while one stream is in use, frees go to the lake at once (no batches to retire; a "
-         "stream seen later waits on the work queued before)"},
-  Option{"direct_free_streams", &Config::direct_free_streams, Unit::flag, 0, 0, false,
-         "direct frees with several streams too: a stream given memory another stream freed "
-         "waits GPU-side on that stream's fence (false: batches per stream)"},
-  Option{"free_batch_bytes", &Config::free_batch_bytes, Unit::size, 0, kNoLimit, false,
-         "a batch of frees also closes once it holds this many bytes; 0: by count only"},
-  Option{"retire_per_free", &Config::retire_per_free, Unit::integer, 0, 65536, false,
-         "completed frees each free hands to the lake (its stream's oldest batches), spreading "
-         "the retiring over the frees (lower allocate p99; on the GPU training layouts stopped "
-         "settling); 0 (default): only allocations retire frees"},
-  Option{"lazy_batches", &Config::lazy_batches, Unit::flag, 0, 0, false,
-         "frees stay in their stream's open batch until a request finds nothing mapped and free "
-         "without them (faster allocation, more memory on GPU training); false: every slow-path "
-         "allocation closes the batches first"},
+         "when > 0, take this share of the device's total memory (host: of 80G); not with "
+         "capacity"},
   Option{"worker", &Config::worker, Unit::choice, 0, 0, false,
          "background mapping worker: thread, inline (the same jobs at the same points on the "
          "allocating thread, reproducible), or off"},
   Option{"reserve", &Config::reserve, Unit::size, 0, kNoLimit, false,
          "free chunks the worker keeps created and mapped ahead of demand (counted as "
-         "reserved memory); 0: none"},
+         "reserved memory; needs the worker); 0: none"},
   Option{"shareable", &Config::shareable, Unit::flag, 0, 0, false,
          "chunks are created exportable as POSIX file descriptors (Allocator::share)"},
   Option{"record", &Config::record, Unit::path, 0, 0, false,
@@ -119,6 +75,31 @@ constexpr std::array kOptions = {
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},
+  Option{"host_granularity", &Config::host_granularity, Unit::size, 4096, 1 << 30, true,
+         "host backend: chunk and mapping granularity"},
+  Option{"host_simulate_latency", &Config::host_simulate_latency, Unit::flag, 0, 0, false,
+         "host backend: add the VMM call latencies measured on an H200"},
+  Option{"small_max", &Config::small_max, Unit::size, 0, kNoLimit, false,
+         "requests up to this size are packed into free space of chunks in use first",
+         true},
+  Option{"max_chunk", &Config::max_chunk, Unit::size, 4096, kNoLimit, false,
+         "largest chunk created at once; larger requests get several chunks",
+         true},
+  Option{"large_chunk", &Config::large_chunk, Unit::size, 0, kNoLimit, false,
+         "chunk size for the body of requests of at least large_chunk_from (0: max_chunk)",
+         true},
+  Option{"large_chunk_from", &Config::large_chunk_from, Unit::size, 0, kNoLimit, false,
+         "requests this large get their body in large_chunk chunks",
+         true},
+  Option{"fit_slack", &Config::fit_slack, Unit::number, 0, 4, false,
+         "a cached block this much larger than the request (as a fraction of it) still fits",
+         true},
+  Option{"stitch_cache_ratio", &Config::stitch_cache_ratio, Unit::number, 0, 64, false,
+         "idle mappings are kept while mapped bytes stay below (1 + ratio) * reserved bytes",
+         true},
+  Option{"max_stitch_chunks", &Config::max_stitch_chunks, Unit::integer, 1, 4096, false,
+         "most chunks combined into one stitched range",
+         true},
 };
 // clang-format on
 
@@ -524,7 +505,7 @@ std::string Config::describe() const {
     line += ':';
     line += value_text(*this, o);
     line.resize(std::max<std::size_t>(line.size() + 1, 32), ' ');
-    line += "# ";
+    line += o.tuning ? "# tuning, " : "# ";
     line += type_text(o);
     line += ", default ";
     line += value_text(defaults, o);
@@ -534,6 +515,18 @@ std::string Config::describe() const {
     out += '\n';
   }
   return out;
+}
+
+void Config::validate() const {
+  auto conflict = [](std::string_view a, std::string_view b, std::string_view why) {
+    throw config_error("memlake config: " + quoted(a) + " and " + quoted(b) + " " +
+                       std::string(why));
+  };
+  if (capacity != 0 && capacity_fraction > 0)
+    conflict("capacity", "capacity_fraction", "are both set: give one of them");
+  if (reserve != 0 && worker == WorkerMode::off)
+    conflict("reserve", "worker",
+             "do not go together: the worker makes the reserve, and worker is off");
 }
 
 }  // namespace memlake

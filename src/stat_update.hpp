@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
 
 namespace memlake {
@@ -18,6 +19,18 @@ struct counter {};
 inline void gauge(StatValue& v, std::int64_t delta) {
   v.current += delta;
   if (v.current > v.peak) v.peak = v.current;
+}
+
+// The rung_<name> counter of a rung.
+inline StatValue& rung_stat(Stats& s, Rung r) {
+  switch (r) {
+#define MEMLAKE_RUNG_STAT(name, help) \
+  case Rung::name:                    \
+    return s.rung_##name;
+    MEMLAKE_RUNGS(MEMLAKE_RUNG_STAT)
+#undef MEMLAKE_RUNG_STAT
+  }
+  return s.rung_reclaim_retry;
 }
 
 }  // namespace memlake

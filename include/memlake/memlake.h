@@ -24,7 +24,7 @@ void memlake_free(void* ptr, size_t size, int device, void* stream);
 int memlake_record_stream(void* ptr, int device, void* stream);
 int memlake_empty_cache(int device);
 
-#define MEMLAKE_STATS_VERSION 1
+#define MEMLAKE_STATS_VERSION 2
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
@@ -33,7 +33,9 @@ typedef struct memlake_stats {
   int64_t mapped_bytes, stitched_bytes;
   int64_t chunks, chunks_created, chunks_released;
   int64_t allocs, frees;
-  int64_t path_stream_cache, path_exact, path_split, path_stitch, path_new, path_reclaim;
+  int64_t rung_remembered, rung_fragment, rung_idle_segment, rung_continuation;
+  int64_t rung_run_between_pieces, rung_free_run, rung_extend, rung_grow, rung_borrowed_ends;
+  int64_t rung_stitch, rung_reserve, rung_new_memory, rung_reclaim_retry;
   int64_t ooms, stitches, evictions;
   int64_t vmm_calls, critical_path_vmm_calls, worker_vmm_calls;
   int64_t host_waits, cross_stream_waits, misuse_errors;

@@ -15,16 +15,21 @@
   X(chunks,                  gauge,   "physical chunks held")                                  \
   X(segments,                gauge,   "mapped virtual ranges (pBlocks and sBlocks)")           \
   X(cached_segments,         gauge,   "segments with no live allocation, kept mapped")         \
-  X(pending_free_bytes,      gauge,   "bytes freed on a stream whose events are not complete") \
   X(allocs,                  counter, "successful allocations")                                \
   X(frees,                   counter, "frees")                                                 \
-  X(path_stream_cache,       counter, "allocations served from the same stream's pending frees")\
-  X(path_exact,              counter, "allocations served by an exact fit")                    \
-  X(path_split,              counter, "allocations carved from free space in a larger block")  \
-  X(path_stitch,             counter, "allocations that stitched existing chunks")             \
-  X(path_new,                counter, "allocations that created new chunks")                   \
-  X(path_reclaim,            counter, "allocations that succeeded after reclaim and retry")    \
-  X(remembered_hits,         counter, "allocations placed where the same request was placed before")\
+  X(rung_remembered,         counter, "allocations at the place the same request had before")  \
+  X(rung_fragment,           counter, "allocations in free space of a chunk holding other blocks")\
+  X(rung_idle_segment,       counter, "allocations that took a whole cached range")           \
+  X(rung_continuation,       counter, "allocations continuing a recent block's free tail")     \
+  X(rung_run_between_pieces, counter, "allocations over a free run and the free pieces beside it")\
+  X(rung_free_run,           counter, "allocations in a run of free chunks already mapped")    \
+  X(rung_extend,             counter, "allocations that mapped chunks past a range's end")     \
+  X(rung_grow,               counter, "allocations that grew a range by the difference")       \
+  X(rung_borrowed_ends,      counter, "allocations across the free ends of two chunks in use") \
+  X(rung_stitch,             counter, "allocations that stitched free chunks into a new range")\
+  X(rung_reserve,            counter, "allocations from the worker's reserve")                 \
+  X(rung_new_memory,         counter, "allocations on new chunks only")                        \
+  X(rung_reclaim_retry,      counter, "allocations served after reclaim and retry")            \
   X(caught_up_mappings,      counter, "segment entries caught up with chunks claimed or freed earlier")\
   X(ooms,                    counter, "allocations that failed with out of memory")            \
   X(stitches,                counter, "stitched segments built")                               \
@@ -42,14 +47,11 @@
   X(reserve_bytes,           gauge,   "free chunks the worker created ahead of demand")         \
   X(reserve_hits,            counter, "requests needing new memory that found it in the reserve")\
   X(reserve_misses,          counter, "requests that created chunks on the caller thread")     \
-  X(events_recorded,         counter, "stream events recorded for deferred frees")             \
-  X(event_queries,           counter, "stream event queries made to retire deferred frees")    \
-  X(cross_stream_waits,      counter, "pending blocks handed over by a GPU-side stream wait")  \
-  X(fences,                  counter, "times all pending frees were made free for every stream")\
-  X(own_releases,            counter, "times a stream's pending frees were made free before mapping")\
-  X(direct_frees,            counter, "frees handed to the lake at once (one stream in use)")  \
+  X(events_recorded,         counter, "stream events recorded for the fences of frees")        \
+  X(event_queries,           counter, "stream event queries for the fences of frees")          \
+  X(cross_stream_waits,      counter, "GPU-side waits of a stream on another stream's fence")  \
   X(host_waits,              counter, "times malloc/free blocked the host on the GPU")         \
-  X(slow_path_ns,            counter, "host ns in allocations the same-stream cache missed and in frees that retired batches")\
+  X(allocate_ns,             counter, "host ns inside allocate, after the lock was taken")     \
   X(lock_waits,              counter, "malloc/free calls that waited for the allocator's lock")\
   X(lock_wait_ns,            counter, "host ns malloc/free waited for the allocator's lock")   \
   X(critical_path_vmm_ns,    counter, "host ns of VMM calls made inside malloc/free")          \
@@ -67,7 +69,7 @@ struct StatValue {
 
 // A snapshot of all statistics. Counters use `current` only (peak == current).
 struct Stats {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
 #define MEMLAKE_STAT_MEMBER(name, kind, help) StatValue name;
   MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_MEMBER)
 #undef MEMLAKE_STAT_MEMBER

@@ -574,13 +574,15 @@ int run(const Options& o) {
     memlake_peak_reserved = s.reserved_bytes.peak;
     std::printf("pipeline_parallel: %s backend, %d stages, %d steps, %d micro-batches, scale %g\n",
                 alloc.backend_name(), kStages, o.steps, o.microbatches, o.scale);
-    std::printf(
-        "  allocations          %lld (stream cache %lld, exact %lld, split %lld, stitch %lld, new "
-        "%lld)\n",
-        static_cast<long long>(s.allocs.current),
-        static_cast<long long>(s.path_stream_cache.current),
-        static_cast<long long>(s.path_exact.current), static_cast<long long>(s.path_split.current),
-        static_cast<long long>(s.path_stitch.current), static_cast<long long>(s.path_new.current));
+    std::string rungs;
+#define MEMLAKE_RUNG_TEXT(name, help)                             \
+  if (s.rung_##name.current != 0)                                 \
+    rungs += std::string(rungs.empty() ? "" : ", ") + #name " " + \
+             std::to_string(static_cast<long long>(s.rung_##name.current));
+    MEMLAKE_RUNGS(MEMLAKE_RUNG_TEXT)
+#undef MEMLAKE_RUNG_TEXT
+    std::printf("  allocations          %lld (%s)\n", static_cast<long long>(s.allocs.current),
+                rungs.c_str());
     // Live as the schedule asked for it (a block handed out a little larger
     // than asked would otherwise count as used).
     std::printf("  peak live            %.1f MiB (requested bytes)\n", mib(s.requested_bytes.peak));
@@ -590,9 +592,8 @@ int run(const Options& o) {
                                                 static_cast<double>(s.reserved_bytes.peak)
                                           : 0.0);
     std::printf("  host waits           %lld\n", static_cast<long long>(s.host_waits.current));
-    std::printf("  cross-stream waits   %lld (fences %lld)\n",
-                static_cast<long long>(s.cross_stream_waits.current),
-                static_cast<long long>(s.fences.current));
+    std::printf("  cross-stream waits   %lld\n",
+                static_cast<long long>(s.cross_stream_waits.current));
     std::printf("  schedule time        %.1f ms\n", memlake_ms);
     std::printf("  VMM calls            %lld (%lld on the allocating thread)\n",
                 static_cast<long long>(s.vmm_calls.current),

@@ -33,6 +33,7 @@
 #include "node_pool.hpp"
 #include "observers.hpp"
 #include "stat_update.hpp"
+#include "stream/fence.hpp"
 
 namespace memlake::lake {
 
@@ -55,8 +56,6 @@ struct LakeOptions {
   std::size_t max_chunk = std::size_t{2} << 20;
   std::size_t large_chunk = 0;  // 0: max_chunk for every request
   std::size_t large_chunk_from = 0;
-  std::size_t huge_chunk = 0;  // 0: large_chunk for the largest requests too
-  std::size_t huge_chunk_from = 0;
   double fit_slack = 0.125;
   double stitch_cache_ratio = 4.0;
   bool defer_eviction = false;  // a worker unmaps ranges over the budget
@@ -65,12 +64,12 @@ struct LakeOptions {
 };
 
 struct LakeResult {
-  DevicePtr ptr = 0;  // 0 when no memory could be found
-  AllocPath path = AllocPath::exact;
-  std::size_t size = 0;  // rounded size handed out
+  DevicePtr ptr = 0;           // 0 when no memory could be found
+  Rung rung = Rung::fragment;  // the rung that served it
+  std::size_t size = 0;        // rounded size handed out
   // The latest fence under which part of this memory was freed: the caller's
   // stream must wait for it unless it has completed (StreamScheduler).
-  std::uint64_t fence = 0;
+  FenceId fence;
 };
 
 class Lake {
@@ -94,10 +93,10 @@ class Lake {
   // no unmapping before then, and a stream given the memory waits for the
   // fence (LakeResult::fence) unless `others_wait` is false: every stream
   // that could be given it has waited already (direct frees).
-  void free(DevicePtr ptr, std::uint64_t fence = 0, bool others_wait = true);
+  void free(DevicePtr ptr, FenceId fence = {}, bool others_wait = true);
   // Fences up to and including `through` have completed.
-  void fences_completed(std::uint64_t through) { fences_done_ = through; }
-  std::uint64_t fences_done() const { return fences_done_; }
+  void fences_completed(FenceId through) { fences_done_ = through; }
+  FenceId fences_done() const { return fences_done_; }
   // Cuts a live allocation after its first `keep` bytes (a multiple of
   // kAlignment, less than its size) into two; returns the second's address.
   DevicePtr split(DevicePtr ptr, std::size_t keep);
@@ -351,8 +350,8 @@ class Lake {
   std::size_t tail_fragment_bytes_ = 0;
   std::size_t allocated_bytes_ = 0;
   std::uint64_t clock_ = 0;
-  std::uint64_t fences_done_ = 0;
-  std::uint64_t placed_fence_ = 0;  // record(): of the block placed last
+  FenceId fences_done_;
+  FenceId placed_fence_;  // record(): of the block placed last
   bool unmappable(const Segment& seg) const { return seg.fence <= fences_done_; }
   bool allow_new_ = true;                    // for the allocate() call in progress
   bool allow_map_ = true;                    // likewise

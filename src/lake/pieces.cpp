@@ -109,7 +109,7 @@ void Lake::count_size(std::size_t size, int delta) {
 }
 
 void Lake::record(DevicePtr ptr, const Allocation& a) {
-  placed_fence_ = 0;
+  placed_fence_ = {};
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   for (std::uint32_t i = 0; i < a.chunk_count; ++i)
     placed_fence_ = std::max(placed_fence_, chunks_[ids[a.first_chunk + i]].fence);
@@ -275,15 +275,15 @@ DevicePtr Lake::split(DevicePtr ptr, std::size_t keep) {
   return ptr + keep;
 }
 
-void Lake::free(DevicePtr ptr, std::uint64_t fence, bool others_wait) {
+void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   auto it = allocations_.find(ptr);
   assert(it != allocations_.end());
   Allocation a = it->second;
   const std::vector<ChunkId>& ids = segments_[a.segment].chunks;
   if (fence > segments_[a.segment].fence) segments_[a.segment].fence = fence;
-  if (fence != 0 && others_wait) {
+  if (fence && others_wait) {
     for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
-      std::uint64_t& f = chunks_[ids[a.first_chunk + i]].fence;
+      FenceId& f = chunks_[ids[a.first_chunk + i]].fence;
       f = std::max(f, fence);
     }
   }

@@ -102,8 +102,7 @@ LakeResult Lake::try_remembered(PlaceKey key) {
     Piece* piece;
     std::size_t lead;
     if (!free_at(*p, size, &s, &slot, &piece, &lead)) continue;
-    ++stats_.remembered_hits.current;
-    return {place_span(s, slot, piece, size, lead), AllocPath::exact, size};
+    return {place_span(s, slot, piece, size, lead), Rung::remembered, size};
   }
   return {};
 }

@@ -44,7 +44,7 @@ LakeResult Lake::allocate(std::size_t requested, bool allow_new, bool allow_map,
   if (size <= options_.small_max) {
     LakeResult r = allocate_small(size, history);
     r.size = size;
-    r.fence = r.ptr ? placed_fence_ : 0;
+    r.fence = r.ptr ? placed_fence_ : FenceId{};
     return r;
   }
   const PlaceKey key = place_key(size, history);
@@ -84,8 +84,7 @@ Piece* Lake::find_fragment(std::size_t size) const {
 // large blocks, other small blocks) before a whole chunk is taken for them.
 LakeResult Lake::allocate_small(std::size_t size, std::uint64_t history) {
   if (Piece* f = find_fragment(size)) {
-    AllocPath path = f->size == size ? AllocPath::exact : AllocPath::split;
-    return {place_on_piece(f, size, size), path, size};
+    return {place_on_piece(f, size, size), Rung::fragment, size};
   }
   // A small request that takes a chunk of its own goes where it went last
   // step, as large ones do: found by its place, it reads no free run, so the
@@ -108,7 +107,7 @@ LakeResult Lake::allocate_small_ladder(std::size_t size) {
   // that runs on into the run's free chunks. Left as a head instead, it cost
   // the recorded Llama-LoRA replay 171 VMM calls after warm-up (of none).
   if (find_free_run(bytes, &run_segment, &run_start))
-    return {place_span(run_segment, run_start, nullptr, size), AllocPath::split, size};
+    return {place_span(run_segment, run_start, nullptr, size), Rung::free_run, size};
   if (!allow_map_) return {};
   if (LakeResult r = try_borrowed_ends(size); r.ptr) return r;
   if (LakeResult r = take_reserve_run(bytes, size); r.ptr) return r;
@@ -116,7 +115,7 @@ LakeResult Lake::allocate_small_ladder(std::size_t size) {
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
   return {place_span(s, 0, nullptr, size, lead_for(s, 0, size)),
-          stitched ? AllocPath::stitch : AllocPath::fresh, size};
+          stitched ? Rung::stitch : Rung::new_memory, size};
 }
 
 LakeResult Lake::allocate_large(std::size_t size) {
@@ -124,18 +123,16 @@ LakeResult Lake::allocate_large(std::size_t size) {
   const std::size_t bytes = round_up(size, options_.granularity);
   demand_target_ = std::max(demand_target_, bytes);
   if (SegmentId s = find_idle_segment(bytes); s != kNone)
-    return {place_span(s, 0, nullptr, size), AllocPath::exact, size};
+    return {place_span(s, 0, nullptr, size), Rung::idle_segment, size};
   if (LakeResult r = try_continuation(size, /*extend=*/false); r.ptr) return r;
-  if (Piece* f = find_fragment(size))
-    return {place_on_piece(f, size, size), f->size == size ? AllocPath::exact : AllocPath::split,
-            size};
+  if (Piece* f = find_fragment(size)) return {place_on_piece(f, size, size), Rung::fragment, size};
   if (LakeResult r = try_run_between_pieces(size); r.ptr) return r;
   SegmentId run_segment;
   std::uint32_t run_start;
   if (find_free_run(bytes, &run_segment, &run_start))
     return {
         place_span(run_segment, run_start, nullptr, size, lead_for(run_segment, run_start, size)),
-        AllocPath::split, size};
+        Rung::free_run, size};
   if (!allow_map_) return {};
   if (bytes <= kBorrowMaxGranules * options_.granularity)
     if (LakeResult r = try_borrowed_ends(size); r.ptr) return r;
@@ -146,7 +143,7 @@ LakeResult Lake::allocate_large(std::size_t size) {
   SegmentId s = build_segment_for(bytes, &stitched);
   if (s == kNone) return {};
   return {place_span(s, 0, nullptr, size, lead_for(s, 0, size)),
-          stitched ? AllocPath::stitch : AllocPath::fresh, size};
+          stitched ? Rung::stitch : Rung::new_memory, size};
 }
 
 // Where the free space at the end of a mapped segment is a little short of
@@ -172,8 +169,7 @@ LakeResult Lake::try_grow_segment(std::size_t size) {
       return {};
     }
     if (stitched) ++stats_.prestitch_misses.current;
-    return {place_span(s, tail ? start - 1 : start, tail, size),
-            stitched ? AllocPath::stitch : AllocPath::fresh, size};
+    return {place_span(s, tail ? start - 1 : start, tail, size), Rung::grow, size};
   };
   int n = 0;
   for (auto it = free_runs_.lower_bound({bytes, 0, 0});
@@ -248,9 +244,9 @@ LakeResult Lake::try_run_between_pieces(std::size_t size) {
         !chunks_[seg.chunks[end]].pieces->allocated)
       head = chunks_[seg.chunks[end]].pieces->size;
     if (it->bytes + head >= size)
-      return {place_span(s, start, nullptr, size), AllocPath::split, size};
+      return {place_span(s, start, nullptr, size), Rung::run_between_pieces, size};
     if (tail && tail->size + it->bytes + head >= size)
-      return {place_span(s, start - 1, tail, size), AllocPath::split, size};
+      return {place_span(s, start - 1, tail, size), Rung::run_between_pieces, size};
   }
   return {};
 }
@@ -308,7 +304,7 @@ LakeResult Lake::try_borrowed_ends(std::size_t size) {
     return {};
   }
   if (!options_.defer_eviction) enforce_cache_budget(s);
-  return {place_span(s, 0, best_tail, size), AllocPath::stitch, size};
+  return {place_span(s, 0, best_tail, size), Rung::borrowed_ends, size};
 }
 
 // Where new memory would be made: the worker's reserve, mapped already.
@@ -317,7 +313,7 @@ LakeResult Lake::take_reserve_run(std::size_t bytes, std::size_t size) {
   std::uint32_t start;
   if (!allow_new_ || !find_reserve_run(bytes, &s, &start)) return {};
   ++stats_.reserve_hits.current;
-  return {place_span(s, start, nullptr, size), AllocPath::fresh, size};
+  return {place_span(s, start, nullptr, size), Rung::reserve, size};
 }
 
 // A large block may start in the free tail of a recent block's last chunk
@@ -340,7 +336,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
     std::size_t j = i + 1;
     while (avail < size && j < seg.chunks.size() && chunks_[seg.chunks[j]].owner == kNone)
       avail += chunks_[seg.chunks[j++]].size;
-    if (avail >= size) return {place_span(s, i, last, size), AllocPath::split, size};
+    if (avail >= size) return {place_span(s, i, last, size), Rung::continuation, size};
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.sealed || seg.size + need > seg.va_size) continue;
@@ -360,7 +356,7 @@ LakeResult Lake::try_continuation(std::size_t size, bool extend) {
       for (ChunkId made : created) release_chunk(made);
       return {};
     }
-    return {place_span(s, i, last, size), stitched ? AllocPath::stitch : AllocPath::fresh, size};
+    return {place_span(s, i, last, size), Rung::extend, size};
   }
   return {};
 }
@@ -409,7 +405,7 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
 }
 
 // How `bytes` of new memory is cut into chunks: parts of max_chunk (of
-// large_chunk for a large request, of huge_chunk for a huge one), and the
+// large_chunk for a large request), and the
 // last granule on its own, since it usually holds the block's tail, which
 // small requests will share: sharing then pins one granule, not the body.
 std::vector<std::size_t> Lake::chunk_sizes_for(std::size_t bytes) const {
@@ -418,7 +414,6 @@ std::vector<std::size_t> Lake::chunk_sizes_for(std::size_t bytes) const {
   if (bytes <= g) return {bytes};
   std::size_t unit = options_.max_chunk;
   if (options_.large_chunk != 0 && bytes >= options_.large_chunk_from) unit = options_.large_chunk;
-  if (options_.huge_chunk != 0 && bytes >= options_.huge_chunk_from) unit = options_.huge_chunk;
   for (std::size_t body = bytes - g; body > 0;) {
     const std::size_t part = std::min(body, std::max(unit / g * g, g));
     sizes.push_back(part);

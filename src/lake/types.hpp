@@ -47,6 +47,7 @@
 #include "backend/backend.hpp"
 #include "lake/slot_runs.hpp"
 #include "node_pool.hpp"
+#include "stream/fence.hpp"
 
 namespace memlake::lake {
 
@@ -90,7 +91,7 @@ struct Chunk {
   std::uint8_t run_lag = 0;
   // The last fence under which a block in it was freed (Lake::free): work
   // queued before that fence may still use it, so a stream given it waits.
-  std::uint64_t fence = 0;
+  FenceId fence;
 };
 
 struct Segment {
@@ -122,7 +123,7 @@ struct Segment {
   // A block freed into it by a fence (StreamScheduler::fence_all) may still
   // be in use by queued GPU work until that fence completes: no unmapping
   // before then.
-  std::uint64_t fence = 0;
+  FenceId fence;
   // Not evictable: it owns a chunk or an allocation borrows through it.
   bool pinned() const { return owned != 0 || borrowed != 0; }
 };

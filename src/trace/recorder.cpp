@@ -86,7 +86,7 @@ std::uint64_t TraceRecorder::stream_id(void* stream) {
   return it->second;
 }
 
-void TraceRecorder::on_alloc(void* ptr, std::size_t bytes, void* stream, AllocPath) {
+void TraceRecorder::on_alloc(void* ptr, std::size_t bytes, void* stream, Rung) {
   std::lock_guard lock(mutex_);
   if (!open_) return;
   const std::uint64_t id = next_id_++;

@@ -26,7 +26,7 @@ class TraceRecorder final : public Observer {
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
-  void on_alloc(void* ptr, std::size_t bytes, void* stream, AllocPath path) override;
+  void on_alloc(void* ptr, std::size_t bytes, void* stream, Rung rung) override;
   void on_free(void* ptr, std::size_t bytes, void* stream) override;
   // Flushes and closes the file; later events are dropped. Idempotent.
   void close();

@@ -155,7 +155,7 @@ TEST(GpuKernels, StitchedBlockWrittenByAKernelReadsBackThroughTheChunksOwnMappin
   void* big = stitched.ptr;
   const Stats& before = stitched.before;
   const Stats after = a.stats();
-  ASSERT_GT(after.path_stitch.current, before.path_stitch.current) << "no stitch happened";
+  ASSERT_GT(after.rung_stitch.current, before.rung_stitch.current) << "no stitch happened";
   EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current)
       << "the stitch created memory instead of reusing the free chunks";
 
@@ -206,16 +206,15 @@ TEST(GpuKernels, StitchedBlockWrittenByAKernelReadsBackThroughTheChunksOwnMappin
 
 // Blocks move between four streams (freed on their own stream, handed over
 // by record_stream, freed on another stream) while kernels still use them;
-// every word is checked late on the GPU. With direct_free_streams frees go
-// to the lake at once and a stream given another's memory waits on its
-// fence; without, they wait in batches per stream.
-void kernels_on_several_streams(bool direct_free_streams) {
+// every word is checked late on the GPU. Frees go to the lake at once and a
+// stream given another's memory waits on its fence.
+TEST(GpuKernels, KernelsOnSeveralStreamsKeepTheirBlocksWhileBlocksMoveBetweenStreams) {
+  SKIP_WITHOUT_GPU();
   Counters counters;
   ASSERT_TRUE(counters.ok());
   ASSERT_TRUE(warm_up_kernels(counters));
   Config c = cuda_config();
   c.capacity = 2 * kGiB;
-  c.direct_free_streams = direct_free_streams;
   Allocator a(c);
 
   constexpr int kStreams = 4;
@@ -309,26 +308,11 @@ void kernels_on_several_streams(bool direct_free_streams) {
   for (cudaStream_t s : streams) ASSERT_CUDA(cudaStreamSynchronize(s));
   const Stats st = a.stats();
   EXPECT_EQ(st.allocs.current, st.frees.current);
-  if (direct_free_streams) {
-    EXPECT_GT(st.direct_frees.current, 0) << "no free went to the lake at once";
-    EXPECT_GT(st.cross_stream_waits.current, 0) << "no stream waited for another's free";
-  } else {
-    EXPECT_GT(st.path_stream_cache.current, 0) << "no block was reused on its stream";
-  }
+  EXPECT_GT(st.cross_stream_waits.current, 0) << "no stream waited for another's free";
   EXPECT_EQ(st.host_waits.current, 0);
   EXPECT_EQ(a.check_invariants(), "");
   for (auto& e : events) ASSERT_CUDA(cudaEventDestroy(e));
   for (cudaStream_t s : streams) a.destroy_stream(s);
-}
-
-TEST(GpuKernels, KernelsOnSeveralStreamsKeepTheirBlocksWhileBlocksMoveBetweenStreams) {
-  SKIP_WITHOUT_GPU();
-  kernels_on_several_streams(/*direct_free_streams=*/true);
-}
-
-TEST(GpuKernels, KernelsOnSeveralStreamsKeepTheirBlocksWithFreesInBatches) {
-  SKIP_WITHOUT_GPU();
-  kernels_on_several_streams(/*direct_free_streams=*/false);
 }
 
 TEST(GpuKernels, OutOfMemoryAtTheDeviceLimitThenRecoveryWithBytesIntact) {

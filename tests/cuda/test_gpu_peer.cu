@@ -135,7 +135,7 @@ TEST(GpuPeer, ADevice1KernelReadsAndWritesAStitchedBlock) {
   const StitchedBlock stitched = allocate_stitched_block(a);
   ASSERT_CUDA(stitched.sync);
   void* big = stitched.ptr;
-  ASSERT_GT(a.stats().path_stitch.current, stitched.before.path_stitch.current)
+  ASSERT_GT(a.stats().rung_stitch.current, stitched.before.rung_stitch.current)
       << "no stitch happened";
   round_trip_through_device_1(big, 8 * kMiB, 2);
   a.deallocate(big, 8 * kMiB);

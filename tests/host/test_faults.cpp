@@ -398,8 +398,8 @@ TEST_P(FaultsByWorker, WorkloadIsCleanWithoutFaults) {
   if (GetParam() == WorkerMode::inline_jobs) {
     EXPECT_EQ(out.out_of_memory, 0) << describe(out);
     EXPECT_GT(s.worker_vmm_calls.current, 0) << "the mapping worker must have work";
-    EXPECT_GT(s.path_stitch.current, 0) << "the workload must stitch";
-    EXPECT_GT(s.path_split.current, 0);
+    EXPECT_GT(s.rung_stitch.current, 0) << "the workload must stitch";
+    EXPECT_GT(s.rung_fragment.current + s.rung_free_run.current, 0);
     EXPECT_GT(s.chunks_released.current, 0) << "the workload must release chunks";
     for (VmmOp op : kOps)
       EXPECT_GT(rig.counting->calls(op), 0u) << "the workload never calls " << vmm_op_name(op);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "memlake/allocator.hpp"
 #include "memlake/config.hpp"
 #include "memlake/errors.hpp"
 
@@ -27,40 +28,25 @@ const std::vector<std::string> kKeys = {"backend",
                                         "peer_access",
                                         "capacity",
                                         "capacity_fraction",
+                                        "worker",
+                                        "reserve",
+                                        "shareable",
+                                        "record",
+                                        "on_misuse",
                                         "host_granularity",
                                         "host_simulate_latency",
                                         "small_max",
                                         "max_chunk",
                                         "large_chunk",
                                         "large_chunk_from",
-                                        "huge_chunk",
-                                        "huge_chunk_from",
                                         "fit_slack",
                                         "stitch_cache_ratio",
-                                        "max_stitch_chunks",
-                                        "cross_stream_wait",
-                                        "fence",
-                                        "free_batch",
-                                        "direct_free",
-                                        "direct_free_streams",
-                                        "free_batch_bytes",
-                                        "retire_per_free",
-                                        "lazy_batches",
-                                        "worker",
-                                        "reserve",
-                                        "shareable",
-                                        "record",
-                                        "on_misuse"};
+                                        "max_stitch_chunks"};
 
 const std::string kKnown =
-    "backend, device, peer_access, capacity, capacity_fraction, host_granularity, "
-    "host_simulate_latency, "
-    "small_max, max_chunk, large_chunk, large_chunk_from, huge_chunk, huge_chunk_from, fit_slack, "
-    "stitch_cache_ratio, "
-    "max_stitch_chunks, cross_stream_wait, fence, "
-    "free_batch, direct_free, direct_free_streams, free_batch_bytes, retire_per_free, "
-    "lazy_batches, "
-    "worker, reserve, shareable, record, on_misuse";
+    "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
+    "record, on_misuse, host_granularity, host_simulate_latency, small_max, max_chunk, "
+    "large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
 
 std::string upper(std::string s) {
   for (char& c : s)
@@ -131,22 +117,21 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.fit_slack, b.fit_slack);
   EXPECT_EQ(a.stitch_cache_ratio, b.stitch_cache_ratio);
   EXPECT_EQ(a.max_stitch_chunks, b.max_stitch_chunks);
-  EXPECT_EQ(a.cross_stream_wait, b.cross_stream_wait);
-  EXPECT_EQ(a.free_batch, b.free_batch);
+  EXPECT_EQ(a.large_chunk, b.large_chunk);
+  EXPECT_EQ(a.large_chunk_from, b.large_chunk_from);
+  EXPECT_EQ(a.record, b.record);
   EXPECT_EQ(a.on_misuse, b.on_misuse);
   EXPECT_EQ(a.peer_access, b.peer_access);
   EXPECT_EQ(a.worker, b.worker);
   EXPECT_EQ(a.reserve, b.reserve);
   EXPECT_EQ(a.shareable, b.shareable);
-  EXPECT_EQ(a.free_batch_bytes, b.free_batch_bytes);
-  EXPECT_EQ(a.retire_per_free, b.retire_per_free);
 }
 
 TEST(Options, EveryKeyParses) {
   const Config c = Config::parse(
       "backend:host,device:3,capacity:12G,capacity_fraction:0.75,host_granularity:64K,"
       "host_simulate_latency:true,small_max:256K,max_chunk:64M,fit_slack:0.5,"
-      "stitch_cache_ratio:2.5,max_stitch_chunks:16,cross_stream_wait:false,free_batch:8,"
+      "stitch_cache_ratio:2.5,max_stitch_chunks:16,large_chunk:8M,large_chunk_from:1G,"
       "on_misuse:abort,peer_access:1+3,worker:inline,reserve:64M,shareable:true");
   EXPECT_EQ(c.backend, BackendKind::host);
   EXPECT_EQ(c.peer_access.bits, (std::uint64_t{1} << 1) | (std::uint64_t{1} << 3));
@@ -163,8 +148,8 @@ TEST(Options, EveryKeyParses) {
   EXPECT_EQ(c.fit_slack, 0.5);
   EXPECT_EQ(c.stitch_cache_ratio, 2.5);
   EXPECT_EQ(c.max_stitch_chunks, 16u);
-  EXPECT_FALSE(c.cross_stream_wait);
-  EXPECT_EQ(c.free_batch, 8u);
+  EXPECT_EQ(c.large_chunk, 8 * kMiB);
+  EXPECT_EQ(c.large_chunk_from, kGiB);
   EXPECT_EQ(c.on_misuse, MisuseAction::abort);
 }
 
@@ -175,10 +160,10 @@ TEST(Options, EmptyAndBlankStringsChangeNothing) {
 }
 
 TEST(Options, WhitespaceAroundTokensAndTrailingComma) {
-  const Config c = Config::parse("  capacity : 2G ,\tbackend:host , free_batch: 4,");
+  const Config c = Config::parse("  capacity : 2G ,\tbackend:host , max_stitch_chunks: 4,");
   EXPECT_EQ(c.capacity, 2 * kGiB);
   EXPECT_EQ(c.backend, BackendKind::host);
-  EXPECT_EQ(c.free_batch, 4u);
+  EXPECT_EQ(c.max_stitch_chunks, 4u);
 }
 
 TEST(Options, LaterTokensWin) {
@@ -188,16 +173,16 @@ TEST(Options, LaterTokensWin) {
 TEST(Options, ApplyKeepsOtherFields) {
   Config c;
   c.apply("capacity:1G");
-  c.apply("free_batch:7");
+  c.apply("max_stitch_chunks:7");
   EXPECT_EQ(c.capacity, kGiB);
-  EXPECT_EQ(c.free_batch, 7u);
+  EXPECT_EQ(c.max_stitch_chunks, 7u);
 }
 
 TEST(Options, FailedApplyLeavesConfigUnchanged) {
   Config c = Config::parse("capacity:1G");
-  EXPECT_THROW(c.apply("capacity:5G,free_batch:0"), config_error);
+  EXPECT_THROW(c.apply("capacity:5G,max_stitch_chunks:0"), config_error);
   EXPECT_EQ(c.capacity, kGiB);
-  EXPECT_EQ(c.free_batch, Config{}.free_batch);
+  EXPECT_EQ(c.max_stitch_chunks, Config{}.max_stitch_chunks);
 }
 
 TEST(Options, SizeSuffixes) {
@@ -249,9 +234,9 @@ TEST(Options, Booleans) {
     EXPECT_TRUE(Config::parse(std::string("host_simulate_latency:") + t).host_simulate_latency)
         << t;
   for (const char* f : {"false", "0", "no", "off", "False", "NO", "Off"})
-    EXPECT_FALSE(Config::parse(std::string("cross_stream_wait:") + f).cross_stream_wait) << f;
-  EXPECT_EQ(error_of("cross_stream_wait:maybe"),
-            "memlake config: bad value \"maybe\" for key \"cross_stream_wait\": expected true, "
+    EXPECT_FALSE(Config::parse(std::string("shareable:") + f).shareable) << f;
+  EXPECT_EQ(error_of("shareable:maybe"),
+            "memlake config: bad value \"maybe\" for key \"shareable\": expected true, "
             "false, 1, 0, yes, no, on or off");
   EXPECT_EQ(error_of("host_simulate_latency:2"),
             "memlake config: bad value \"2\" for key \"host_simulate_latency\": expected true, "
@@ -325,7 +310,6 @@ TEST(Options, IntegerRanges) {
   EXPECT_EQ(Config::parse("device:63").device, 63);
   EXPECT_EQ(Config::parse("max_stitch_chunks:1").max_stitch_chunks, 1u);
   EXPECT_EQ(Config::parse("max_stitch_chunks:4096").max_stitch_chunks, 4096u);
-  EXPECT_EQ(Config::parse("free_batch:65536").free_batch, 65536u);
   EXPECT_EQ(error_of("device:64"),
             "memlake config: bad value \"64\" for key \"device\": expected an integer from 0 to "
             "63");
@@ -338,15 +322,12 @@ TEST(Options, IntegerRanges) {
   EXPECT_EQ(error_of("max_stitch_chunks:4097"),
             "memlake config: bad value \"4097\" for key \"max_stitch_chunks\": expected an "
             "integer from 1 to 4096");
-  EXPECT_EQ(error_of("free_batch:65537"),
-            "memlake config: bad value \"65537\" for key \"free_batch\": expected an integer from "
-            "1 to 65536");
-  EXPECT_EQ(error_of("free_batch:2K"),
-            "memlake config: bad value \"2K\" for key \"free_batch\": expected an integer from 1 "
-            "to 65536");
-  EXPECT_EQ(error_of("free_batch:1.0"),
-            "memlake config: bad value \"1.0\" for key \"free_batch\": expected an integer from 1 "
-            "to 65536");
+  EXPECT_EQ(error_of("max_stitch_chunks:2K"),
+            "memlake config: bad value \"2K\" for key \"max_stitch_chunks\": expected an integer "
+            "from 1 to 4096");
+  EXPECT_EQ(error_of("max_stitch_chunks:1.0"),
+            "memlake config: bad value \"1.0\" for key \"max_stitch_chunks\": expected an integer "
+            "from 1 to 4096");
 }
 
 TEST(Options, SizeRanges) {
@@ -399,25 +380,25 @@ TEST(Options, FromEnvEveryKeyVariable) {
   env.set("MEMLAKE_FIT_SLACK", "0.25");
   env.set("MEMLAKE_STITCH_CACHE_RATIO", "3");
   env.set("MEMLAKE_MAX_STITCH_CHUNKS", "8");
-  env.set("MEMLAKE_CROSS_STREAM_WAIT", "no");
-  env.set("MEMLAKE_FREE_BATCH", "16");
+  env.set("MEMLAKE_SHAREABLE", "no");
+  env.set("MEMLAKE_LARGE_CHUNK", "16M");
   env.set("MEMLAKE_ON_MISUSE", "abort");
   expect_same(Config::from_env(),
               Config::parse("backend:host,device:2,capacity:4G,capacity_fraction:0.5,"
                             "host_granularity:1M,host_simulate_latency:true,small_max:512K,"
                             "max_chunk:32M,fit_slack:0.25,stitch_cache_ratio:3,"
-                            "max_stitch_chunks:8,cross_stream_wait:false,free_batch:16,"
+                            "max_stitch_chunks:8,shareable:false,large_chunk:16M,"
                             "on_misuse:abort"));
 }
 
 TEST(Options, FromEnvConfOverridesKeyVariables) {
   EnvGuard env;
   env.set("MEMLAKE_CAPACITY", "4G");
-  env.set("MEMLAKE_FREE_BATCH", "16");
+  env.set("MEMLAKE_MAX_STITCH_CHUNKS", "16");
   env.set("MEMLAKE_CONF", "capacity:8G,backend:host");
   const Config c = Config::from_env();
-  EXPECT_EQ(c.capacity, 8 * kGiB);  // MEMLAKE_CONF wins
-  EXPECT_EQ(c.free_batch, 16u);     // only set by its variable
+  EXPECT_EQ(c.capacity, 8 * kGiB);      // MEMLAKE_CONF wins
+  EXPECT_EQ(c.max_stitch_chunks, 16u);  // only set by its variable
   EXPECT_EQ(c.backend, BackendKind::host);
   EXPECT_EQ(c.max_chunk, Config{}.max_chunk);
 }
@@ -445,10 +426,10 @@ TEST(Options, FromEnvErrorsNameTheVariable) {
   env.set("MEMLAKE_CONF", "capcity:1G");
   EXPECT_EQ(env_error(),
             "memlake config: unknown key \"capcity\" in MEMLAKE_CONF (known: " + kKnown + ")");
-  env.set("MEMLAKE_CONF", "free_batch:0");
+  env.set("MEMLAKE_CONF", "max_stitch_chunks:0");
   EXPECT_EQ(env_error(),
-            "memlake config: bad value \"0\" for key \"free_batch\" in MEMLAKE_CONF: expected an "
-            "integer from 1 to 65536");
+            "memlake config: bad value \"0\" for key \"max_stitch_chunks\" in MEMLAKE_CONF: "
+            "expected an integer from 1 to 4096");
   env.set("MEMLAKE_CONF", "capacity");
   EXPECT_EQ(env_error(),
             "memlake config: missing ':' in token \"capacity\" in MEMLAKE_CONF (expected "
@@ -476,20 +457,21 @@ TEST(Options, DescribeListsEveryKeyInOrder) {
 TEST(Options, DescribeShowsValuesAndDefaults) {
   const Config c = Config::parse(
       "backend:host,capacity:1G,host_granularity:64K,fit_slack:0.5,on_misuse:abort,"
-      "cross_stream_wait:off,capacity:1536M");
+      "shareable:on,capacity:1536M");
   const std::string text = c.describe();
   EXPECT_EQ(text.rfind("backend:host ", 0), 0u) << text;
   EXPECT_NE(text.find("\ncapacity:1536M "), std::string::npos) << text;
   EXPECT_NE(text.find("\nhost_granularity:64K "), std::string::npos) << text;
   EXPECT_NE(text.find("\nfit_slack:0.5 "), std::string::npos) << text;
   EXPECT_NE(text.find("\non_misuse:abort "), std::string::npos) << text;
-  EXPECT_NE(text.find("\ncross_stream_wait:false "), std::string::npos) << text;
+  EXPECT_NE(text.find("\nshareable:true "), std::string::npos) << text;
+  EXPECT_NE(text.find("# tuning, number 0..4, default "), std::string::npos) << text;
   EXPECT_NE(text.find("# auto|host|cuda, default "), std::string::npos) << text;
   EXPECT_NE(text.find("# size, power of two 4K..1G, default "), std::string::npos) << text;
-  EXPECT_NE(text.find("# number 0..4, default "), std::string::npos) << text;
-  EXPECT_NE(text.find("# integer 1..4096, default "), std::string::npos) << text;
+  EXPECT_NE(text.find("number 0..4, default "), std::string::npos) << text;
+  EXPECT_NE(text.find("integer 1..4096, default "), std::string::npos) << text;
   EXPECT_NE(text.find("# bool, default "), std::string::npos) << text;
-  EXPECT_NE(text.find("# size >= 4K, default "), std::string::npos) << text;
+  EXPECT_NE(text.find("size >= 4K, default "), std::string::npos) << text;
   // Each line's default is the value a default Config shows.
   const std::vector<std::string> lines = lines_of(text);
   const std::vector<std::string> defaults = lines_of(Config{}.describe());
@@ -505,8 +487,8 @@ TEST(Options, DescribeValuesParseBack) {
   const Config original = Config::parse(
       "backend:cuda,device:5,capacity:1536M,capacity_fraction:0.3,host_granularity:8K,"
       "host_simulate_latency:yes,small_max:12345,max_chunk:3G,fit_slack:0.1,"
-      "stitch_cache_ratio:0.7,max_stitch_chunks:99,cross_stream_wait:0,free_batch:3,"
-      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on,free_batch_bytes:8M");
+      "stitch_cache_ratio:0.7,max_stitch_chunks:99,large_chunk:6M,large_chunk_from:100M,"
+      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on,record:/tmp/t.csv");
   std::string conf;
   for (const std::string& line : lines_of(original.describe())) {
     conf += line.substr(0, line.find(' '));
@@ -520,6 +502,46 @@ TEST(Options, DescribeValuesParseBack) {
     conf += ',';
   }
   expect_same(Config::parse(conf), Config{});
+}
+
+// Combinations that cannot work are errors naming both keys, when the
+// Allocator is made (or validate() is called), never silently resolved.
+TEST(Options, ImpossibleCombinationsNameBothKeys) {
+  auto validate_error = [](const std::string& conf) -> std::string {
+    try {
+      Config::parse(conf).validate();
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(validate_error("capacity:8G,capacity_fraction:0.5"),
+            "memlake config: \"capacity\" and \"capacity_fraction\" are both set: give one of "
+            "them");
+  EXPECT_EQ(validate_error("reserve:64M,worker:off"),
+            "memlake config: \"reserve\" and \"worker\" do not go together: the worker makes "
+            "the reserve, and worker is off");
+  EXPECT_EQ(validate_error("capacity:8G,worker:off"), "no error");
+  EXPECT_EQ(validate_error("capacity_fraction:0.5,reserve:64M,worker:inline"), "no error");
+  EXPECT_THROW(Allocator(Config::parse("backend:host,capacity:1G,capacity_fraction:0.5")),
+               config_error);
+}
+
+// capacity_fraction takes its share of the backend's memory (the host
+// backend's 80 GiB); a capacity below one chunk is rejected with the sizes.
+TEST(Options, CapacityFractionAndTooSmallACapacity) {
+  const Allocator half(Config::parse("backend:host,capacity_fraction:0.25,worker:off"));
+  EXPECT_EQ(half.capacity(), 20 * kGiB);
+  const Allocator fixed(Config::parse("backend:host,capacity:3G,worker:off"));
+  EXPECT_EQ(fixed.capacity(), 3 * kGiB);
+  try {
+    Allocator tiny(Config::parse("backend:host,capacity:1M,worker:off"));
+    FAIL() << "a capacity below one chunk must be rejected";
+  } catch (const config_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "memlake config: capacity 1048576 bytes is below one chunk (the host backend's "
+              "granularity, 2097152 bytes)");
+  }
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 49u);
+  ASSERT_EQ(f.size(), 51u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
   EXPECT_EQ(f.back().name, "misuse_errors");
@@ -51,7 +51,7 @@ TEST(StatsJson, FieldListIsTheDocumentedOne) {
 TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
   const std::string json = Stats{}.to_json();
   const std::string prefix =
-      "{\"version\":1,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
+      "{\"version\":2,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
       "0,\"peak\":0},";
   EXPECT_EQ(json.substr(0, prefix.size()), prefix);
   const std::string suffix = ",\"worker_vmm_ns\":0,\"misuse_errors\":0}";
@@ -62,7 +62,7 @@ TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
 TEST(StatsJson, EveryFieldWithItsValueInOrder) {
   const std::string json = numbered().to_json();
   const std::vector<FieldInfo> f = fields();
-  std::string expected = "{\"version\":1";
+  std::string expected = "{\"version\":2";
   for (std::size_t i = 0; i < f.size(); ++i) {
     const std::string current = std::to_string(1000 + i);
     const std::string peak = std::to_string(2000 + i);
@@ -81,12 +81,12 @@ TEST(StatsJson, SpotValues) {
   Stats s;
   s.live_bytes = {3 << 20, 5 << 20};
   s.allocs.current = 42;
-  s.pending_free_bytes = {-7, 0};
+  s.cached_segments = {-7, 0};
   s.vmm_calls.current = std::numeric_limits<std::int64_t>::max();
   const std::string json = s.to_json();
   EXPECT_NE(json.find("\"live_bytes\":{\"current\":3145728,\"peak\":5242880}"), std::string::npos);
   EXPECT_NE(json.find(",\"allocs\":42,"), std::string::npos);
-  EXPECT_NE(json.find("\"pending_free_bytes\":{\"current\":-7,\"peak\":0}"), std::string::npos);
+  EXPECT_NE(json.find("\"cached_segments\":{\"current\":-7,\"peak\":0}"), std::string::npos);
   EXPECT_NE(json.find(",\"vmm_calls\":9223372036854775807,"), std::string::npos);
   // Counters carry no peak.
   EXPECT_EQ(json.find("\"allocs\":{"), std::string::npos);

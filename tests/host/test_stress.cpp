@@ -99,8 +99,8 @@ struct Counts {
 
 class Stress {
  public:
-  // `streams`: how many streams the threads share (1: frees are direct).
-  explicit Stress(bool cross_stream_wait, int streams = kStreams) {
+  // `streams`: how many streams the threads share.
+  explicit Stress(int streams = kStreams) {
     HostBackendOptions o;
     o.granularity = kGranule;
     auto host_owner = std::make_unique<HostBackend>(o);
@@ -110,8 +110,6 @@ class Stress {
     Config c;
     c.max_chunk = 4 * kGranule;
     c.small_max = 32 * KiB;
-    c.cross_stream_wait = cross_stream_wait;
-    c.free_batch = 8;
     alloc_ = std::make_unique<Allocator>(c, std::move(limiting_owner));
     for (int i = 0; i < streams; ++i) streams_.push_back(alloc_->create_stream());
   }
@@ -150,7 +148,6 @@ class Stress {
     const Stats s = alloc_->stats();
     EXPECT_EQ(s.live_bytes.current, 0);
     EXPECT_EQ(s.allocs.current, s.frees.current);
-    EXPECT_EQ(s.pending_free_bytes.current, 0);
     EXPECT_EQ(s.host_waits.current, 0);
     EXPECT_EQ(alloc_->check_invariants(), "");
     alloc_->empty_cache();
@@ -314,12 +311,10 @@ TEST(StressJobs, SeeABlockChangedUnderThem) {
   ASSERT_EQ(b.stream_destroy(s), Status::ok);
 }
 
-class StressTest : public testing::TestWithParam<bool> {};
-
-TEST_P(StressTest, ThreadsAndStreamsUnderMemoryPressure) {
+TEST(Stress, ThreadsAndStreamsUnderMemoryPressure) {
   g_mismatches = 0;
   g_jobs = 0;
-  Stress s(GetParam());
+  Stress s;
   const std::uint64_t ops = total_ops() / 2;
   s.run(ops);
   const std::size_t held = s.finish();
@@ -345,12 +340,12 @@ TEST_P(StressTest, ThreadsAndStreamsUnderMemoryPressure) {
   EXPECT_EQ(g_jobs.load(), c.allocs.load() + c.frees.load()) << "every job ran";
 }
 
-// Every thread on one stream: every free goes to the lake at once (direct
-// frees), under the same checks of the bytes each stream job finds.
-TEST(StressOneStream, DirectFreesUnderMemoryPressure) {
+// Every thread on one stream: no stream ever waits for another, under the
+// same checks of the bytes each stream job finds.
+TEST(StressOneStream, OneStreamUnderMemoryPressure) {
   g_mismatches = 0;
   g_jobs = 0;
-  Stress s(/*cross_stream_wait=*/true, /*streams=*/1);
+  Stress s(/*streams=*/1);
   const std::uint64_t ops = total_ops() / 4;
   s.run(ops);
   s.finish();
@@ -359,14 +354,9 @@ TEST(StressOneStream, DirectFreesUnderMemoryPressure) {
   EXPECT_EQ(g_mismatches.load(), 0u) << "a block was reused before its last user's work ran";
   EXPECT_EQ(c.errors.load(), 0u);
   EXPECT_GT(c.ooms.load(), 0u) << "the capacity must be small enough for out of memory";
-  EXPECT_EQ(static_cast<std::uint64_t>(s.alloc().stats().direct_frees.current), c.frees.load());
+  EXPECT_EQ(s.alloc().stats().cross_stream_waits.current, 0);
   EXPECT_EQ(g_jobs.load(), c.allocs.load() + c.frees.load()) << "every job ran";
 }
-
-INSTANTIATE_TEST_SUITE_P(Stress, StressTest, testing::Bool(),
-                         [](const testing::TestParamInfo<bool>& i) {
-                           return i.param ? "CrossStreamWait" : "NoCrossStreamWait";
-                         });
 
 }  // namespace
 }  // namespace memlake

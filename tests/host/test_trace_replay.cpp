@@ -150,7 +150,7 @@ TEST(TraceReplay, SlowestAllocationsCarryTheStatsTheyChanged) {
   const SlowAlloc& fresh = r.slowest[0].event == 0 ? r.slowest[0] : r.slowest[1];
   const SlowAlloc& reused = r.slowest[0].event == 0 ? r.slowest[1] : r.slowest[0];
   EXPECT_EQ(reused.event, 2u);
-  EXPECT_EQ(fresh.path, AllocPath::fresh);
+  EXPECT_EQ(fresh.path, Rung::new_memory);
   EXPECT_EQ(changed(fresh, "reserved_bytes"), static_cast<std::int64_t>(4 * MiB));
   EXPECT_GE(changed(fresh, "chunks_created"), 1);
   EXPECT_GE(changed(fresh, "critical_path_vmm_calls"), 3);  // create, map, set access

@@ -57,7 +57,7 @@ TEST(Worker, StitchesScatteredFreeChunksSoTheNextRequestMapsNothing) {
   const Stats s0 = a.stats();
   void* first = a.allocate(8 * MiB);  // must stitch: no run holds 8 MiB
   const Stats s1 = a.stats();
-  EXPECT_EQ(s1.path_stitch.current - s0.path_stitch.current, 1);
+  EXPECT_EQ(s1.rung_stitch.current - s0.rung_stitch.current, 1);
   EXPECT_EQ(s1.prestitch_misses.current - s0.prestitch_misses.current, 1);
   EXPECT_EQ(s1.worker_stitches.current - s0.worker_stitches.current, 1);
   EXPECT_GT(s1.worker_vmm_calls.current, s0.worker_vmm_calls.current);

@@ -11,6 +11,7 @@
 
 #include "allocator_impl.hpp"
 #include "suites/core_fixture.hpp"
+#include "suites/stats_delta.hpp"
 
 namespace memlake::test {
 namespace {
@@ -43,7 +44,7 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   const Stats before = a->stats();
   void* big = a->allocate(8 * MiB);
   const Stats after = a->stats();
-  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  EXPECT_EQ(after.rung_stitch.current - before.rung_stitch.current, 1);
   EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current)
       << "stitch must not create memory";
 
@@ -69,40 +70,34 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   EXPECT_INVARIANTS(*a);
 }
 
-TEST_F(CoreTest, EveryStrategyPathIsReached) {
+TEST_F(CoreTest, RungsOfNewMemoryIdleSegmentFragmentGrowAndStitch) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
-  c.direct_free = false;  // the stream cache holds a stream's frees in batches
   auto a = make(64 * MiB, c);
-  auto delta = [&](auto field, auto&& op) {
-    const Stats s0 = a->stats();
-    op();
-    const Stats s1 = a->stats();
-    return (s1.*field).current - (s0.*field).current;
-  };
   void* p = nullptr;
-  EXPECT_EQ(delta(&Stats::path_new, [&] { p = a->allocate(6 * MiB); }), 1);
+  StatsDelta d(*a);
+  p = a->allocate(6 * MiB);
+  EXPECT_EQ(d(&Stats::rung_new_memory), 1) << d.changed();
   a->deallocate(p, 6 * MiB);
-  // Same stream, same size: reused from the stream's own frees.
-  EXPECT_EQ(delta(&Stats::path_stream_cache, [&] { p = a->allocate(6 * MiB); }), 1);
-  a->deallocate(p, 6 * MiB);
-  settle(*a);
-  // The 6 MiB segment is idle: an exact fit.
-  EXPECT_EQ(delta(&Stats::path_exact, [&] { p = a->allocate(6 * MiB - 4096); }), 1);
-  // Its tail (4 KiB of the last chunk) serves a small request: split.
+  // The 6 MiB segment is idle: a whole cached range of the right size.
+  d.restart();
+  p = a->allocate(6 * MiB - 4096);
+  EXPECT_EQ(d(&Stats::rung_idle_segment), 1) << d.changed();
+  // Its tail (4 KiB of the last chunk) serves a small request.
   void* small = nullptr;
-  EXPECT_EQ(delta(&Stats::path_split, [&] { small = a->allocate(1024); }), 1);
+  d.restart();
+  small = a->allocate(1024);
+  EXPECT_EQ(d(&Stats::rung_fragment), 1) << d.changed();
   EXPECT_EQ(reinterpret_cast<char*>(small), reinterpret_cast<char*>(p) + 6 * MiB - 4096);
   a->deallocate(small, 1024);
   a->deallocate(p, 6 * MiB - 4096);
-  settle(*a);
   // 8 MiB where the idle 6 MiB segment is: it grows by one new chunk at its
   // end (three VMM calls: create, map, access), nothing else is mapped.
-  const Stats g0 = a->stats();
-  EXPECT_EQ(delta(&Stats::path_new, [&] { p = a->allocate(8 * MiB); }), 1);
-  EXPECT_EQ(a->stats().vmm_calls.current - g0.vmm_calls.current, 3);
-  EXPECT_EQ(a->stats().reserved_bytes.current - g0.reserved_bytes.current,
-            static_cast<std::int64_t>(2 * MiB));
+  d.restart();
+  p = a->allocate(8 * MiB);
+  EXPECT_EQ(d(&Stats::rung_grow), 1) << d.changed();
+  EXPECT_EQ(d(&Stats::vmm_calls), 3);
+  EXPECT_EQ(d(&Stats::reserved_bytes), static_cast<std::int64_t>(2 * MiB));
   platform_->fill(p, 8 * MiB, 5);
   EXPECT_TRUE(platform_->check(p, 8 * MiB, 5));
   a->deallocate(p, 8 * MiB);
@@ -110,44 +105,34 @@ TEST_F(CoreTest, EveryStrategyPathIsReached) {
   // Scattered free chunks, none near the request's size: a stitch.
   auto b = make(64 * MiB, c);
   scatter_four_chunks(*b);
-  const Stats s0 = b->stats();
+  StatsDelta db(*b);
   p = b->allocate(8 * MiB);
-  EXPECT_EQ(b->stats().path_stitch.current - s0.path_stitch.current, 1);
+  EXPECT_EQ(db(&Stats::rung_stitch), 1) << db.changed();
   b->deallocate(p, 8 * MiB);
   EXPECT_INVARIANTS(*b);
 }
 
 // A request of at least large_chunk_from bytes gets its body in large_chunk
-// chunks (half the handles to map), one of at least huge_chunk_from in
-// huge_chunk chunks, a smaller one in max_chunk chunks; the last granule is
-// a chunk of its own either way, and the bytes are intact.
+// chunks (half the handles to map), a smaller one in max_chunk chunks; the
+// last granule is a chunk of its own either way, and the bytes are intact.
 TEST_F(CoreTest, LargeRequestsAreMadeOfLargerChunks) {
   Config c = base_config();
   c.max_chunk = 2 * MiB;
   c.large_chunk = 4 * MiB;
   c.large_chunk_from = 64 * MiB;
-  c.huge_chunk = 8 * MiB;
-  c.huge_chunk_from = 128 * MiB;
   auto a = make(512 * MiB, c);
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   void* big = a->allocate(70 * MiB);  // 68 MiB body in 4 MiB chunks + one granule
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.chunks.current - s0.chunks.current, 17 + 1);
+  EXPECT_EQ(d(&Stats::chunks), 17 + 1);
+  d.restart();
   void* medium = a->allocate(62 * MiB);  // below the threshold: 2 MiB chunks
-  const Stats s2 = a->stats();
-  EXPECT_EQ(s2.chunks.current - s1.chunks.current, 31);
-  void* huge = a->allocate(130 * MiB);  // 128 MiB body in 8 MiB chunks + one granule
-  const Stats s3 = a->stats();
-  EXPECT_EQ(s3.chunks.current - s2.chunks.current, 16 + 1);
+  EXPECT_EQ(d(&Stats::chunks), 31);
   platform_->fill(big, 70 * MiB, 41);
   platform_->fill(medium, 62 * MiB, 42);
-  platform_->fill(huge, 130 * MiB, 43);
   EXPECT_TRUE(platform_->check(big, 70 * MiB, 41));
   EXPECT_TRUE(platform_->check(medium, 62 * MiB, 42));
-  EXPECT_TRUE(platform_->check(huge, 130 * MiB, 43));
   a->deallocate(big, 70 * MiB);
   a->deallocate(medium, 62 * MiB);
-  a->deallocate(huge, 130 * MiB);
   EXPECT_INVARIANTS(*a);
 }
 
@@ -201,7 +186,7 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   const Stats after = a->stats();
   EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
   EXPECT_EQ(after.chunks_created.current, before.chunks_created.current);
-  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  EXPECT_EQ(after.rung_borrowed_ends.current - before.rung_borrowed_ends.current, 1);
   EXPECT_EQ(after.segments.current - before.segments.current, 1);
   EXPECT_INVARIANTS(*a);
   platform_->fill(across, 2 * MiB, 3);
@@ -288,7 +273,7 @@ TEST_F(CoreTest, ABlockLeavesItsSlackAsAHeadWhereHeadsAreScarce) {
   void* across = a->allocate(2560 * KiB);
   const Stats after = a->stats();
   EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
-  EXPECT_EQ(after.path_stitch.current - before.path_stitch.current, 1);
+  EXPECT_EQ(after.rung_borrowed_ends.current - before.rung_borrowed_ends.current, 1);
   platform_->fill(across, 2560 * KiB, 3);
   EXPECT_TRUE(platform_->check(r, 256 * KiB, 1));
   EXPECT_TRUE(platform_->check(q, 3 * MiB, 2));
@@ -317,7 +302,7 @@ TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   const Stats s0 = a->stats();
   void* big = a->allocate(8 * MiB);
   const Stats s1 = a->stats();
-  EXPECT_EQ(s1.path_reclaim.current - s0.path_reclaim.current, 1);
+  EXPECT_EQ(s1.rung_reclaim_retry.current - s0.rung_reclaim_retry.current, 1);
   EXPECT_EQ(s1.chunks_released.current - s0.chunks_released.current, 4);
   platform_->fill(big, 8 * MiB, 3);
 
@@ -478,9 +463,9 @@ TEST_F(CoreTest, RandomWorkloadMatchesReferenceModel) {
     }
   }
   const Stats s = a->stats();
-  EXPECT_GT(s.path_stitch.current, 0);
-  EXPECT_GT(s.path_split.current, 0);
-  EXPECT_GT(s.path_exact.current + s.path_stream_cache.current, 0);
+  EXPECT_GT(s.rung_stitch.current, 0);
+  EXPECT_GT(s.rung_fragment.current + s.rung_free_run.current, 0);
+  EXPECT_GT(s.rung_idle_segment.current + s.rung_remembered.current, 0);
   EXPECT_LE(s.reserved_bytes.peak, static_cast<std::int64_t>(256 * MiB));
   for (auto& [addr, l] : live) {
     EXPECT_TRUE(platform_->check(reinterpret_cast<void*>(addr),

@@ -122,7 +122,7 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
   }
   EXPECT_GE(settled_at, 0) << "the layout never settled";
   EXPECT_LE(settled_at, 3) << "it took too long to settle";
-  EXPECT_GT(a->stats().remembered_hits.current, 0);
+  EXPECT_GT(a->stats().rung_remembered.current, 0);
   EXPECT_INVARIANTS(*a);
 }
 
@@ -148,7 +148,7 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   const Stats before = a->stats();
   step.run(4);
   settle_all(*a);
-  EXPECT_GT(a->stats().remembered_hits.current, before.remembered_hits.current);
+  EXPECT_GT(a->stats().rung_remembered.current, before.rung_remembered.current);
   EXPECT_GT(most_behind, 0u) << "every claim and free updated the runs at once";
   const std::size_t runs = lake.free_run_count();  // reads them: they catch up
   EXPECT_GT(runs, 0u);
@@ -176,7 +176,7 @@ TEST_F(CoreTest, ARememberedPlaceInsideAFreeRunIsLeftForTheRunsStart) {
   const Stats before = a->stats();
   void* second = a->allocate(4 * MiB);
   EXPECT_EQ(second, whole);
-  EXPECT_EQ(a->stats().remembered_hits.current, before.remembered_hits.current);
+  EXPECT_EQ(a->stats().rung_remembered.current, before.rung_remembered.current);
   EXPECT_EQ(a->stats().vmm_calls.current, before.vmm_calls.current);
   platform_->fill(second, 4 * MiB, 9);
   platform_->fill(elsewhere, 4 * MiB, 10);

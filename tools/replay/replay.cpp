@@ -65,8 +65,8 @@ class ProgressBar {
 // attributed to the rung of the ladder that served it.
 class PathRecorder final : public Observer {
  public:
-  void on_alloc(void*, std::size_t, void*, AllocPath path) override { last = path; }
-  AllocPath last = AllocPath::stream_cache;
+  void on_alloc(void*, std::size_t, void*, Rung rung) override { last = rung; }
+  Rung last = Rung::fragment;
 };
 
 // The stats an allocation changed, other than the ones every allocation does.
@@ -308,10 +308,10 @@ MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
 
   if (setup.timing) alloc.remove_observer(&recorder);
   if (warm >= i) allocs_at_warmup = alloc_ns.size();  // warm-up never ended
-  std::array<std::vector<std::uint32_t>, kAllocPathCount> by_path;
+  std::array<std::vector<std::uint32_t>, kRungCount> by_path;
   for (std::size_t k = allocs_at_warmup; k < alloc_ns.size(); ++k)
     by_path[alloc_path[k]].push_back(alloc_ns[k]);
-  for (int p = 0; p < kAllocPathCount; ++p)
+  for (int p = 0; p < kRungCount; ++p)
     r.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
   r.alloc_ns_after_warmup = percentiles(std::vector<std::uint32_t>(
       alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_warmup), alloc_ns.end()));

@@ -71,7 +71,7 @@ struct ReplaySetup {
 struct SlowAlloc {
   std::size_t event = 0;  // index into the trace's events
   std::uint32_t ns = 0;
-  AllocPath path = AllocPath::stream_cache;
+  Rung path = Rung::fragment;                                 // the rung that served it
   std::vector<std::pair<const char*, std::int64_t>> changed;  // stat name, change of current
 };
 
@@ -106,7 +106,7 @@ struct MemlakeResult {
   // Allocations after warm-up, all and by the path that served them: which
   // rung of the ladder the slow tail comes from.
   Percentiles alloc_ns_after_warmup;
-  std::array<Percentiles, kAllocPathCount> alloc_ns_after_warmup_by_path{};
+  std::array<Percentiles, kRungCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
   std::vector<SlowAlloc> slowest;  // slowest first
   double seconds = 0;

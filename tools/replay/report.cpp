@@ -158,7 +158,7 @@ std::string slowest_json(const Trace& t, const std::vector<SlowAlloc>& slowest) 
     const Event& e = t.events[a.event];
     Json j;
     j.key("line").u(t.lines[a.event]).key("bytes").u(e.bytes).key("stream").u(e.stream);
-    j.key("ns").u(a.ns).key("path").str(alloc_path_name(a.path));
+    j.key("ns").u(a.ns).key("path").str(rung_name(a.path));
     j.key("changed").raw(changed.done());
     if (!list.empty()) list += ',';
     list += j.done();
@@ -309,16 +309,15 @@ void print_table(std::FILE* out, const TraceReport& r) {
     }
     if (m.alloc_ns_after_warmup.count) {
       std::string by_path;
-      for (int p = 0; p < kAllocPathCount; ++p) {
+      for (int p = 0; p < kRungCount; ++p) {
         const Percentiles& q = m.alloc_ns_after_warmup_by_path[p];
         if (!q.count) continue;
-        by_path += std::string(by_path.empty() ? "" : ", ") +
-                   alloc_path_name(static_cast<AllocPath>(p)) + " " + count(q.count) + " x " +
-                   count(q.median) + "/" + count(q.p99);
+        by_path += std::string(by_path.empty() ? "" : ", ") + rung_name(static_cast<Rung>(p)) +
+                   " " + count(q.count) + " x " + count(q.median) + "/" + count(q.p99);
       }
       line(out, "after warm-up",
            "allocate median/p99 ns " + count(m.alloc_ns_after_warmup.median) + "/" +
-               count(m.alloc_ns_after_warmup.p99) + "; by path " + by_path);
+               count(m.alloc_ns_after_warmup.p99) + "; by rung " + by_path);
     }
     for (const SlowAlloc& a : m.slowest) {
       const Event& e = t.events[a.event];
@@ -327,7 +326,7 @@ void print_table(std::FILE* out, const TraceReport& r) {
         changed += std::string(changed.empty() ? "" : ", ") + name + " " + std::to_string(delta);
       line(out, "  slow",
            count(a.ns) + " ns, line " + count(t.lines[a.event]) + ", " + mib(e.bytes) +
-               " on stream " + std::to_string(e.stream) + ", " + alloc_path_name(a.path) +
+               " on stream " + std::to_string(e.stream) + ", " + rung_name(a.path) +
                (changed.empty() ? "" : ": " + changed));
     }
     line(out, "worker",
@@ -336,12 +335,13 @@ void print_table(std::FILE* out, const TraceReport& r) {
              ", misses " + count(s.prestitch_misses.current) + ", wasted " +
              mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) + "; reserve hits " +
              count(s.reserve_hits.current) + ", misses " + count(s.reserve_misses.current));
-    line(out, "paths",
-         "stream_cache " + count(s.path_stream_cache.current) + ", exact " +
-             count(s.path_exact.current) + " (" + count(s.remembered_hits.current) +
-             " at a remembered place), split " + count(s.path_split.current) + ", stitch " +
-             count(s.path_stitch.current) + ", new " + count(s.path_new.current) + ", reclaim " +
-             count(s.path_reclaim.current));
+    std::string rungs;
+#define MEMLAKE_RUNG_COUNT(name, help) \
+  if (s.rung_##name.current)           \
+    rungs += std::string(rungs.empty() ? "" : ", ") + #name " " + count(s.rung_##name.current);
+    MEMLAKE_RUNGS(MEMLAKE_RUNG_COUNT)
+#undef MEMLAKE_RUNG_COUNT
+    line(out, "rungs", rungs);
     line(out, "stitches",
          count(s.stitches.current) + " (" + count(s.evictions.current) +
              " cached segments evicted)");
@@ -448,17 +448,17 @@ std::string json_line(const TraceReport& r) {
     }
     j.key("alloc_ns_after_warmup").raw(percentiles_json(m.alloc_ns_after_warmup));
     Json by_path;
-    for (int p = 0; p < kAllocPathCount; ++p)
-      by_path.key(alloc_path_name(static_cast<AllocPath>(p)))
+    for (int p = 0; p < kRungCount; ++p)
+      by_path.key(rung_name(static_cast<Rung>(p)))
           .raw(percentiles_json(m.alloc_ns_after_warmup_by_path[p]));
-    j.key("alloc_ns_after_warmup_by_path").raw(by_path.done());
+    j.key("alloc_ns_after_warmup_by_rung").raw(by_path.done());
     if (!m.slowest.empty()) j.key("slowest_allocs").raw(slowest_json(t, m.slowest));
     j.key("stitches").i(s.stitches.current).key("ooms").i(s.ooms.current);
-    Json paths;
-    paths.key("stream_cache").i(s.path_stream_cache.current).key("exact").i(s.path_exact.current);
-    paths.key("split").i(s.path_split.current).key("stitch").i(s.path_stitch.current);
-    paths.key("new").i(s.path_new.current).key("reclaim").i(s.path_reclaim.current);
-    j.key("paths").raw(paths.done());
+    Json rungs;
+#define MEMLAKE_RUNG_JSON(name, help) rungs.key(#name).i(s.rung_##name.current);
+    MEMLAKE_RUNGS(MEMLAKE_RUNG_JSON)
+#undef MEMLAKE_RUNG_JSON
+    j.key("rungs").raw(rungs.done());
     j.key("fits").b(m.fits).key("events_replayed").u(m.events_replayed);
     if (m.oom_event) {
       j.key("oom_event").u(*m.oom_event).key("oom_line").u(t.lines[*m.oom_event]);
