@@ -34,15 +34,20 @@ const Config& validated(const Config& c) {
   return c;
 }
 
-lake::LakeOptions lake_options(const Config& c, const CountingBackend& b) {
+// The capacity, checked: at least one chunk.
+std::size_t checked_capacity(const Config& c, const CountingBackend& b) {
+  const std::size_t capacity = capacity_of(c, b);
+  if (capacity < b.granularity()) {
+    throw config_error("memlake config: capacity " + std::to_string(capacity) +
+                       " bytes is below one chunk (the " + b.upstream().name() +
+                       " backend's granularity, " + std::to_string(b.granularity()) + " bytes)");
+  }
+  return capacity;
+}
+
+lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   lake::LakeOptions o;
   o.granularity = b.granularity();
-  o.capacity = capacity_of(c, b);
-  if (o.capacity < o.granularity) {
-    throw config_error("memlake config: capacity " + std::to_string(o.capacity) +
-                       " bytes is below one chunk (the " + b.upstream().name() +
-                       " backend's granularity, " + std::to_string(o.granularity) + " bytes)");
-  }
   o.small_max = c.small_max;
   o.max_chunk = std::max(c.max_chunk, o.granularity);
   o.large_chunk = c.large_chunk == 0 ? 0 : std::max(c.large_chunk, o.granularity);
@@ -80,9 +85,10 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
     : config_(validated(config)),
       backend_(wrap_counting(std::move(backend), &counting_)),
       recorder_(make_recorder(config_, observers_)),
-      lake_(*backend_, lake_options(config_, *counting_), stats_, observers_),
+      pool_(*backend_, checked_capacity(config_, *counting_), stats_),
+      lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_),
       order_(*backend_, stats_),
-      worker_(mutex_, lake_, config_.worker) {}
+      worker_(mutex_, lake_, stats_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
   worker_.stop();
@@ -110,35 +116,38 @@ void* AllocatorImpl::allocate_slow(std::size_t bytes, Stream stream, std::uint64
     misuse(buf);
   }
   lake_.fences_completed(order_.completed());
-  lake::LakeResult r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/false, history);
-  if (!r.ptr) r = lake_.allocate(bytes, /*allow_new=*/false, /*allow_map=*/true, history);
+  const lake::Request request{lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment),
+                              history};
+  // The ladder (lake/ladder.cpp), in budget order: what is mapped and free,
+  // then mapping chunks that exist; new chunks only after that.
+  lake::Placed p = lake_.place(request, lake::Budget::map);
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
-  if (r.ptr) return from_lake(r, bytes, stream, r.rung);
-  r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
-  if (r.ptr) return from_lake(r, bytes, stream, r.rung);
-  // Reclaim: unmap cached ranges and release unused chunks, then retry once.
-  order_.record_open_fences();
-  lake_.fences_completed(order_.completed());
-  lake_.reclaim();
-  r = lake_.allocate(bytes, /*allow_new=*/true, /*allow_map=*/true, history);
-  if (r.ptr) return from_lake(r, bytes, stream, Rung::reclaim_retry);
-  out_of_memory(bytes, stream);
+  if (!p) p = lake_.place(request, lake::Budget::create, /*from=*/lake::Budget::create);
+  if (!p) {
+    // Reclaim: unmap cached ranges and release unused chunks, then climb again.
+    order_.record_open_fences();
+    lake_.fences_completed(order_.completed());
+    lake_.reclaim();
+    p = lake_.place(request, lake::Budget::create);
+    if (p) p.rung = Rung::reclaim_retry;
+  }
+  if (!p) out_of_memory(bytes, stream);
+  return from_lake(p, bytes, stream);
 }
 
 // Memory from the lake may have been freed under a fence another stream
 // recorded (release_own): the caller's stream waits for that work first.
-void* AllocatorImpl::from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream,
-                               Rung rung) {
-  if (MEMLAKE_UNLIKELY(r.fence > lake_.fences_done())) {
+void* AllocatorImpl::from_lake(const lake::Placed& p, std::size_t requested, Stream stream) {
+  if (MEMLAKE_UNLIKELY(p.fence > lake_.fences_done())) {
     try {
-      order_.wait_for(stream, r.fence);
+      order_.wait_for(stream, p.fence);
     } catch (...) {
-      lake_.free(r.ptr);
+      lake_.free(p.ptr);
       throw;
     }
   }
-  return hand_out(r.ptr, r.size, requested, stream, rung);
+  return hand_out(p.ptr, p.size, requested, stream, p.rung);
 }
 
 void* AllocatorImpl::hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream,
@@ -319,6 +328,8 @@ void AllocatorImpl::destroy_stream(Stream stream) {
 std::string AllocatorImpl::check_invariants() const {
   std::lock_guard lock(mutex_);
   std::string err = lake_.check_invariants();
+  if (stats_.reserved_bytes.current != static_cast<std::int64_t>(pool_.reserved_bytes()))
+    err += "reserved bytes disagree with the stats; ";
   std::size_t live = 0;
   for (const auto& [ptr, b] : live_) live += b.size;
   if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)

@@ -71,7 +71,7 @@ class AllocatorImpl {
 
   MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history);
   void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream, Rung rung);
-  void* from_lake(const lake::LakeResult& r, std::size_t requested, Stream stream, Rung rung);
+  void* from_lake(const lake::Placed& p, std::size_t requested, Stream stream);
   [[noreturn]] void misuse(const std::string& message) const;
   std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
@@ -84,6 +84,7 @@ class AllocatorImpl {
   mutable Stats stats_;
   ObserverList observers_;
   std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
+  lake::ChunkPool pool_;                     // before the lake, which takes its chunks
   lake::Lake lake_;
   StreamOrder order_;
   NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free

@@ -5,8 +5,9 @@
 
 namespace memlake {
 
-MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, WorkerMode mode)
-    : lock_(allocator_lock), lake_(lake), mode_(mode) {
+MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats,
+                             WorkerMode mode)
+    : lock_(allocator_lock), jobs_(lake, stats), mode_(mode) {
   if (mode_ == WorkerMode::thread) thread_ = std::thread([this] { loop(); });
 }
 
@@ -28,7 +29,7 @@ void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {
 }
 
 void MappingWorker::nudge() {
-  if (mode_ == WorkerMode::off || stopping_ || !lake_.wants_work()) return;
+  if (mode_ == WorkerMode::off || stopping_ || !jobs_.wanted()) return;
   if (mode_ == WorkerMode::inline_jobs) {
     run_inline();
     return;
@@ -40,10 +41,10 @@ void MappingWorker::nudge() {
 void MappingWorker::run_inline() {
   CriticalPathPause not_the_callers_work;
   WorkerThreadScope worker;
-  lake::Lake::WorkerJob job;
-  if (!lake_.plan_job(&job)) return;
-  lake_.execute(job);
-  lake_.commit(job);
+  worker::Job job;
+  if (!jobs_.plan(&job)) return;
+  jobs_.execute(job);
+  jobs_.commit(job);
 }
 
 void MappingWorker::loop() {
@@ -53,13 +54,13 @@ void MappingWorker::loop() {
     wake_.wait(lock, [&] { return pending_ || stopping_; });
     if (stopping_) return;
     pending_ = false;
-    lake::Lake::WorkerJob job;
-    if (!lake_.plan_job(&job)) continue;
+    worker::Job job;
+    if (!jobs_.plan(&job)) continue;
     busy_ = true;
     lock.unlock();
-    lake_.execute(job);
+    jobs_.execute(job);
     lock.lock();
-    lake_.commit(job);
+    jobs_.commit(job);
     busy_ = false;
     idle_.notify_all();
   }

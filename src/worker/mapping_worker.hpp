@@ -5,8 +5,9 @@
 // to stitch; it never polls, and the allocating thread never waits for it
 // (if a job is under way, a request that needs mapping does it itself).
 //
-// Each job plans under the allocator's lock, makes its VMM calls without it,
-// and commits under it again; a failed job leaves the lake as it was.
+// Each job (jobs.hpp) plans under the allocator's lock, makes its VMM calls
+// without it, and commits under it again; a failed job leaves the lake as
+// it was.
 #pragma once
 
 #include <condition_variable>
@@ -15,12 +16,13 @@
 
 #include "lake/lake.hpp"
 #include "memlake/config.hpp"
+#include "worker/jobs.hpp"
 
 namespace memlake {
 
 class MappingWorker {
  public:
-  MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, WorkerMode mode);
+  MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats, WorkerMode mode);
   ~MappingWorker();
   MappingWorker(const MappingWorker&) = delete;
   MappingWorker& operator=(const MappingWorker&) = delete;
@@ -38,7 +40,7 @@ class MappingWorker {
   void run_inline();
 
   std::mutex& lock_;
-  lake::Lake& lake_;
+  worker::Jobs jobs_;
   WorkerMode mode_;
   std::condition_variable wake_;
   std::condition_variable idle_;

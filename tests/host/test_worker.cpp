@@ -89,7 +89,7 @@ TEST(Worker, AConsolidatedRangeTakesOverTheRunsOfTheSegmentsItCovers) {
   // only the range's run and the 4 uncovered segments' runs are kept up to
   // date; the stitched block's segment has none (all owned).
   EXPECT_EQ(lake.free_run_count(), 1u + 4u);
-  EXPECT_EQ(lake.indexed_segment_count(), 10u)
+  EXPECT_EQ(lake.segments().indexed_segment_count(), 10u)
       << "the range, the block's, its 4 chunks' own and the 4 uncovered";
   EXPECT_EQ(a.check_invariants(), "");
   // The superseded segments still serve whole, as exact fits.
@@ -143,7 +143,7 @@ TEST(Worker, OlderConsolidatedRangesLeaveTheIndexAndBlocksKeepTheirBytes) {
     }
   }
   EXPECT_GE(a.stats().worker_stitches.current, 3) << "the workload must consolidate often";
-  EXPECT_LE(a.impl().lake().indexed_consolidated_ranges(), lake::kIndexedRanges);
+  EXPECT_LE(a.impl().lake().segments().consolidated().size(), lake::kIndexedRanges);
   for (const Block& b : live) {
     EXPECT_TRUE(intact(b));
     a.deallocate(b.p, b.size);

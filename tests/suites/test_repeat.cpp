@@ -142,7 +142,7 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   lake::Lake& lake = a->impl().lake();
   std::size_t most_behind = 0;
   step.after_each = [&] {
-    most_behind = std::max(most_behind, lake.behind_chunk_count());
+    most_behind = std::max(most_behind, lake.segments().behind_chunk_count());
     EXPECT_INVARIANTS(*a);
   };
   const Stats before = a->stats();
@@ -152,7 +152,7 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   EXPECT_GT(most_behind, 0u) << "every claim and free updated the runs at once";
   const std::size_t runs = lake.free_run_count();  // reads them: they catch up
   EXPECT_GT(runs, 0u);
-  EXPECT_EQ(lake.behind_chunk_count(), 0u);
+  EXPECT_EQ(lake.segments().behind_chunk_count(), 0u);
   EXPECT_INVARIANTS(*a);
 }
 

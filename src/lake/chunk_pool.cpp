@@ -1,0 +1,168 @@
+// The chunk pool: creating, releasing, taking and giving back chunks.
+#include "lake/chunk_pool.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <sstream>
+#include <string>
+
+#include "memlake/errors.hpp"
+#include "stat_update.hpp"
+
+namespace memlake::lake {
+
+ChunkPool::ChunkPool(Backend& backend, std::size_t capacity, Stats& stats)
+    : backend_(backend), capacity_(capacity), stats_(stats) {}
+
+ChunkPool::~ChunkPool() {
+  for (PhysicalChunk& c : chunks_)
+    if (c.in_use) backend_.release_chunk(c.handle);
+}
+
+ClientId ChunkPool::attach(Client* client) {
+  for (ClientId id = 0; id < clients_.size(); ++id) {
+    if (clients_[id] == nullptr) {
+      clients_[id] = client;
+      return id;
+    }
+  }
+  clients_.push_back(client);
+  return static_cast<ClientId>(clients_.size() - 1);
+}
+
+void ChunkPool::detach(ClientId client) {
+  clients_[client] = nullptr;
+}
+
+void ChunkPool::notify_added(ChunkId id) {
+  for (Client* c : clients_)
+    if (c) c->chunk_added(id);
+}
+
+void ChunkPool::notify_removed(ChunkId id) {
+  for (Client* c : clients_)
+    if (c) c->chunk_removed(id);
+}
+
+void ChunkPool::notify_changed(ChunkId id) {
+  for (Client* c : clients_)
+    if (c) c->chunk_changed(id);
+}
+
+ChunkId ChunkPool::create(std::size_t size) {
+  if (reserved_bytes_ + creating_bytes_ + size > capacity_) return kNone;
+  ChunkHandle handle = 0;
+  const Status s = backend_.create_chunk(size, &handle);
+  if (s == Status::out_of_memory) return kNone;
+  if (s != Status::ok) {
+    throw backend_error(std::string("memlake: create_chunk failed (") + status_name(s) +
+                        "): " + backend_.last_error());
+  }
+  return adopt(handle, size);
+}
+
+ChunkId ChunkPool::adopt(ChunkHandle handle, std::size_t size) {
+  ChunkId id;
+  if (!free_slots_.empty()) {
+    id = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    id = static_cast<ChunkId>(chunks_.size());
+    chunks_.emplace_back();
+  }
+  PhysicalChunk& c = chunks_[id];
+  c = PhysicalChunk{};
+  c.handle = handle;
+  c.size = size;
+  c.in_use = true;
+  free_.emplace(size, id);
+  free_bytes_ += size;
+  reserved_bytes_ += size;
+  gauge(stats_.reserved_bytes, static_cast<std::int64_t>(size));
+  gauge(stats_.chunks, 1);
+  ++stats_.chunks_created.current;
+  notify_added(id);
+  return id;
+}
+
+void ChunkPool::release(ChunkId id) {
+  PhysicalChunk& c = chunks_[id];
+  assert(c.holder == kNoClient && c.pins == 0);
+  const Status s = backend_.release_chunk(c.handle);
+  if (s != Status::ok) {
+    throw backend_error(std::string("memlake: release_chunk failed (") + status_name(s) +
+                        "): " + backend_.last_error());
+  }
+  if (c.reserve) clear_reserve(id);
+  free_.erase({c.size, id});
+  free_bytes_ -= c.size;
+  reserved_bytes_ -= c.size;
+  gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
+  gauge(stats_.chunks, -1);
+  ++stats_.chunks_released.current;
+  c = PhysicalChunk{};
+  free_slots_.push_back(id);
+  notify_removed(id);
+}
+
+void ChunkPool::take(ChunkId id, ClientId client) {
+  PhysicalChunk& c = chunks_[id];
+  assert(c.holder == kNoClient);
+  free_.erase({c.size, id});
+  free_bytes_ -= c.size;
+  if (c.reserve) clear_reserve(id);
+  c.holder = client;
+  notify_changed(id);
+}
+
+void ChunkPool::give_back(ChunkId id) {
+  PhysicalChunk& c = chunks_[id];
+  assert(c.holder != kNoClient);
+  c.holder = kNoClient;
+  free_.emplace(c.size, id);
+  free_bytes_ += c.size;
+  notify_changed(id);
+}
+
+void ChunkPool::mark_reserve(ChunkId id) {
+  PhysicalChunk& c = chunks_[id];
+  if (c.reserve) return;
+  c.reserve = true;
+  reserve_bytes_ += c.size;
+  gauge(stats_.reserve_bytes, static_cast<std::int64_t>(c.size));
+}
+
+void ChunkPool::clear_reserve(ChunkId id) {
+  PhysicalChunk& c = chunks_[id];
+  if (!c.reserve) return;
+  c.reserve = false;
+  reserve_bytes_ -= c.size;
+  gauge(stats_.reserve_bytes, -static_cast<std::int64_t>(c.size));
+}
+
+std::string ChunkPool::check_invariants() const {
+  std::ostringstream err;
+  std::size_t reserved = 0, free_bytes = 0, reserve = 0, free_count = 0;
+  for (ChunkId id = 0; id < chunks_.size(); ++id) {
+    const PhysicalChunk& c = chunks_[id];
+    if (!c.in_use) continue;
+    reserved += c.size;
+    if (c.reserve) reserve += c.size;
+    const bool listed = free_.count({c.size, id}) != 0;
+    if (listed != (c.holder == kNoClient)) err << "chunk " << id << " free set is off; ";
+    if (c.holder == kNoClient) {
+      free_bytes += c.size;
+      ++free_count;
+    } else if (c.holder >= clients_.size() || clients_[c.holder] == nullptr) {
+      err << "chunk " << id << " held by an unknown client; ";
+    }
+    if (c.reserve && c.holder != kNoClient) err << "reserve chunk " << id << " is held; ";
+  }
+  if (reserved != reserved_bytes_) err << "reserved bytes disagree; ";
+  if (free_bytes != free_bytes_) err << "free chunk bytes disagree; ";
+  if (reserve != reserve_bytes_) err << "reserve bytes disagree; ";
+  if (free_count != free_.size()) err << "free set holds stale entries; ";
+  return err.str();
+}
+
+}  // namespace memlake::lake

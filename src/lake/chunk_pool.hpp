@@ -1,0 +1,115 @@
+// ChunkPool: the physical chunks of one device, and which of them are free.
+//
+// A chunk is one backend handle, mapped whole wherever it is mapped. The
+// pool creates and releases chunks against the capacity, keeps the free ones
+// in a set ordered by size, and records who holds each busy one: a *client*
+// (the lake; graph pools share the pool the same way) takes a free chunk
+// when it places memory in it and gives it back when the chunk is whole and
+// free again. Every client hears of every take and give-back, since several
+// clients may map the same free chunk in ranges of their own.
+//
+// Invariant: every chunk in use is either free (in the free set, held by no
+// client, unpinned or pinned by a worker job) or held by exactly one client;
+// sum of chunk sizes == reserved_bytes(); sum over the free set ==
+// free_bytes(). Not thread-safe: the allocator holds its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "lake/free_chunk_set.hpp"
+#include "lake/types.hpp"
+#include "memlake/stats.hpp"
+
+namespace memlake::lake {
+
+using ClientId = std::uint32_t;
+inline constexpr ClientId kNoClient = kNone;
+
+struct PhysicalChunk {
+  ChunkHandle handle = 0;
+  std::size_t size = 0;
+  ClientId holder = kNoClient;  // kNoClient: free
+  // Worker jobs mapping it without the lock: it may not be released.
+  std::uint32_t pins = 0;
+  bool in_use = false;   // the slot holds a chunk
+  bool reserve = false;  // created by the worker ahead of demand, not taken since
+};
+
+class ChunkPool {
+ public:
+  // Told of every chunk that joins or leaves the pool, and of every take
+  // and give-back, by any client.
+  class Client {
+   public:
+    virtual ~Client() = default;
+    virtual void chunk_added(ChunkId id) = 0;
+    virtual void chunk_removed(ChunkId id) = 0;
+    virtual void chunk_changed(ChunkId id) = 0;  // taken or given back
+  };
+
+  ChunkPool(Backend& backend, std::size_t capacity, Stats& stats);
+  ~ChunkPool();  // releases every chunk still in use
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+
+  ClientId attach(Client* client);
+  void detach(ClientId client);
+
+  // A new free chunk of `size` bytes; kNone when the capacity or the
+  // backend's memory runs out. Throws backend_error for other failures.
+  ChunkId create(std::size_t size);
+  // Enters a handle the backend created (by a worker job) as a free chunk.
+  ChunkId adopt(ChunkHandle handle, std::size_t size);
+  // The chunk must be free, unpinned and mapped nowhere.
+  void release(ChunkId id);
+
+  void take(ChunkId id, ClientId client);
+  void give_back(ChunkId id);
+  bool is_free(ChunkId id) const { return chunks_[id].holder == kNoClient; }
+
+  void pin(ChunkId id) { ++chunks_[id].pins; }
+  void unpin(ChunkId id) { --chunks_[id].pins; }
+  void mark_reserve(ChunkId id);
+  void clear_reserve(ChunkId id);
+
+  const PhysicalChunk& operator[](ChunkId id) const { return chunks_[id]; }
+  std::size_t size(ChunkId id) const { return chunks_[id].size; }
+  // One past the largest chunk id in use so far (clients size tables by it).
+  std::size_t slots() const { return chunks_.size(); }
+  const FreeChunkSet& free_set() const { return free_; }
+
+  std::size_t capacity() const { return capacity_; }
+  std::size_t reserved_bytes() const { return reserved_bytes_; }
+  std::size_t free_bytes() const { return free_bytes_; }
+  std::size_t reserve_bytes() const { return reserve_bytes_; }
+  // A worker job creating chunks without the lock counts them against the
+  // capacity meanwhile.
+  void begin_creating(std::size_t bytes) { creating_bytes_ = bytes; }
+  void end_creating() { creating_bytes_ = 0; }
+  std::size_t creating_bytes() const { return creating_bytes_; }
+  Backend& backend() const { return backend_; }
+
+  std::string check_invariants() const;
+
+ private:
+  void notify_added(ChunkId id);
+  void notify_removed(ChunkId id);
+  void notify_changed(ChunkId id);
+
+  Backend& backend_;
+  std::size_t capacity_;
+  Stats& stats_;
+  std::vector<PhysicalChunk> chunks_;
+  std::vector<ChunkId> free_slots_;
+  FreeChunkSet free_;  // by size, then id
+  std::vector<Client*> clients_;
+  std::size_t reserved_bytes_ = 0;
+  std::size_t free_bytes_ = 0;
+  std::size_t reserve_bytes_ = 0;
+  std::size_t creating_bytes_ = 0;
+};
+
+}  // namespace memlake::lake

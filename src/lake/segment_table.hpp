@@ -1,0 +1,259 @@
+// SegmentTable: the lake's virtual ranges (segments) over chunks of the pool.
+//
+// A segment is a reserved VA range with chunks mapped back to back; a chunk
+// may be mapped in several segments at once. The table maps and unmaps
+// ranges, keeps what the ladder reads about them (idle segments by size,
+// free runs of chunk slots by bytes, least recently used segments that own
+// nothing), keeps the mapped total within its budget, and keeps ranges the
+// backend refused to unmap (zombies) for a retry.
+//
+// Behind: a chunk taken or given back since the segments mapping it last
+// caught up (note_chunk_change, catch_up). Their busy counts, the idle index
+// and their free runs tell the chunk's state as of then. Free runs: every
+// maximal run of consecutive slots of an indexed segment whose chunks are
+// free, or taken but still behind, less those given back but still behind,
+// is in Segment::runs and in the run index. A segment with busy == 0 is
+// idle (cached, reusable whole, evictable); one that owns no chunk and that
+// no allocation borrows through is unpinned and may be unmapped.
+// Not thread-safe, except map_range and retire, which touch no table state
+// (the worker runs them without the lock).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "lake/chunk_pool.hpp"
+#include "lake/run_index.hpp"
+#include "lake/slot_runs.hpp"
+#include "lake/types.hpp"
+#include "memlake/stats.hpp"
+#include "node_pool.hpp"
+#include "observers.hpp"
+#include "stream/fence.hpp"
+
+namespace memlake::lake {
+
+// Consolidated ranges whose free runs stay indexed, the newest: each maps
+// every chunk that was free when it was made, so older ones mostly repeat
+// it, and each indexed mapping of a chunk costs upkeep on every claim.
+inline constexpr std::size_t kIndexedRanges = 2;
+
+struct Segment {
+  DevicePtr va = 0;
+  std::size_t size = 0;         // mapped bytes, from va
+  std::size_t va_size = 0;      // reserved bytes: room to extend in place
+  std::vector<ChunkId> chunks;  // in address order
+  std::vector<std::size_t> offsets;
+  // Runs of consecutive free chunks: first slot -> number of slots. Each is
+  // also in the table's run index, so free space inside mapped ranges is
+  // reused in place, without mapping anything.
+  SlotRuns runs;
+  std::uint32_t busy = 0;   // chunks taken (by this or another segment or client)
+  std::uint32_t owned = 0;  // chunks whose live pieces are reached through this segment
+  // Live allocations reached through this segment that start or end in a
+  // chunk another segment owns (borrowed ends): they pin it like owned
+  // chunks do.
+  std::uint32_t borrowed = 0;
+  bool stitched = false;
+  bool prepared = false;  // stitched by the worker and not used yet
+  bool reserve = false;   // the worker's reserve: used only where new memory would be made
+  bool sealed = false;    // its room past the end is not clean: never extend it
+  // Its free runs are in the run index. A consolidated range that maps every
+  // chunk of an idle segment supersedes that segment's runs: it keeps
+  // serving whole (idle, exact fit) without its runs being kept up to date.
+  bool indexed = true;
+  bool in_use = false;  // slot holds a mapped segment
+  std::uint64_t last_used = 0;
+  // The newest fence a block was freed into it under: queued work may still
+  // use its addresses until that fence completes, so no unmapping before.
+  FenceId fence;
+  // Not evictable: it owns a chunk or an allocation borrows through it.
+  bool pinned() const { return owned != 0 || borrowed != 0; }
+};
+
+// Where a chunk is mapped, and whether those segments are behind on it.
+struct ChunkMaps {
+  std::vector<Mapping> mapped_in;
+  // kRunBehind: taken or given back since the segments mapping it caught up;
+  // kRunListed: in the table's list of such chunks.
+  std::uint8_t run_lag = 0;
+};
+inline constexpr std::uint8_t kRunBehind = 1;
+inline constexpr std::uint8_t kRunListed = 2;
+
+// A range that is out of the table but not (fully) unmapped yet.
+struct Zombie {
+  DevicePtr va = 0;
+  std::size_t va_size = 0;  // 0: part of a segment's reservation, nothing to free
+  std::vector<std::pair<DevicePtr, std::size_t>> mapped;
+  std::string error;
+};
+
+// A range mapped by map_range, ready for register_segment.
+struct MappedRange {
+  DevicePtr va = 0;
+  std::size_t va_size = 0, total = 0;
+  std::vector<std::size_t> offsets;
+  std::string error;             // the backend's message on failure
+  std::vector<Zombie> leftover;  // what a failed mapping could not undo
+};
+
+struct SegmentTableOptions {
+  std::size_t granularity = std::size_t{2} << 20;
+  double stitch_cache_ratio = 4.0;
+};
+
+class SegmentTable {
+ public:
+  SegmentTable(Backend& backend, ChunkPool& pool, const SegmentTableOptions& options, Stats& stats,
+               ObserverList& observers, NodePool& nodes);
+  ~SegmentTable();  // unmaps every segment and zombie
+  SegmentTable(const SegmentTable&) = delete;
+  SegmentTable& operator=(const SegmentTable&) = delete;
+
+  Segment& operator[](SegmentId s) { return segments_[s]; }
+  const Segment& operator[](SegmentId s) const { return segments_[s]; }
+  std::size_t slots() const { return segments_.size(); }
+  const ChunkMaps& maps(ChunkId c) const { return maps_[c]; }
+  void chunk_added(ChunkId c);
+  void chunk_removed(ChunkId c) { maps_[c] = ChunkMaps{}; }
+  // The segment whose mapped bytes hold `ptr`, or kNone.
+  SegmentId containing(DevicePtr ptr) const;
+  // Chunk `c` is mapped in segment `s`.
+  bool maps_chunk(SegmentId s, ChunkId c) const;
+
+  // ---- mapping ----
+  // Reserves a range for `chunks` (handle, size), maps each and grants access
+  // once over the whole range. On failure everything done is undone and the
+  // status says why. Touches no table state.
+  Status map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
+                   MappedRange* out) const;
+  SegmentId register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched);
+  // Maps `ids` into a new segment; kNone when virtual or physical memory
+  // runs out. Other backend failures throw.
+  SegmentId map_segment(std::vector<ChunkId> ids, bool stitched);
+  // Maps free chunks at the end of segment `s`; false when the backend
+  // refuses for lack of memory (other failures throw).
+  bool extend(SegmentId s, const std::vector<ChunkId>& ids);
+  // Unmaps a segment that owns no chunk; false when the backend refused
+  // part of it (kept for a retry).
+  bool unmap(SegmentId s);
+  // Takes an unpinned segment out of every table; returns what is left to
+  // unmap and unreserve.
+  Zombie detach(SegmentId s);
+  // Unmaps what is left of a dropped range, then frees its addresses (when
+  // it has a reservation of its own). Touches no table state.
+  bool retire(Zombie& z, bool may_unreserve) const;
+  void keep(Zombie z) { zombies_.push_back(std::move(z)); }
+  // Retries every zombie; true when none is left.
+  bool retire_zombies();
+  // Unmaps every segment nothing pins whose fences have completed; false
+  // when the backend refused something (last_failure() says what).
+  bool unmap_unpinned();
+  const std::string& last_failure() const { return last_failure_; }
+  void clear_failure() { last_failure_.clear(); }
+
+  // ---- the mapping budget ----
+  std::size_t mapping_budget() const;  // mapped bytes allowed (stitch_cache_ratio)
+  bool over_budget() const;
+  // Detaches least recently used unpinned segments (not `keep`) until the
+  // mapped total is within the budget; the unmapping is left to the caller.
+  void plan_evictions(std::vector<Zombie>* out, SegmentId keep);
+  // The same, unmapping at once.
+  void enforce_budget(SegmentId keep);
+  void set_fences_done(FenceId through) { fences_done_ = through; }
+  FenceId fences_done() const { return fences_done_; }
+
+  // ---- pins, owned chunks and use ----
+  void pin(SegmentId s, std::uint32_t Segment::*count, bool add);
+  void touch(SegmentId s);  // placed in: most recently used
+
+  // ---- idle segments and free runs ----
+  // An idle, non-reserve segment of at least `bytes` and at most `most`.
+  SegmentId find_idle(std::size_t bytes, std::size_t most) const;
+  using SizeKey = std::pair<std::size_t, SegmentId>;
+  template <typename T>
+  using PoolSet = std::set<T, std::less<T>, PoolAllocator<T>>;
+  const PoolSet<SizeKey>& idle_by_size() const { return idle_by_size_; }
+  const RunIndex& free_runs() const { return free_runs_; }
+  std::size_t run_bytes(const Segment& seg, std::uint32_t start, std::uint32_t count) const;
+  // The smallest run (not of the reserve) that holds `bytes`.
+  bool find_free_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
+  // A run of the worker's reserve that holds `bytes`.
+  bool find_reserve_run(std::size_t bytes, SegmentId* s, std::uint32_t* start) const;
+
+  // ---- catching up ----
+  // Chunk `c` was taken or given back: the segments mapping it are behind.
+  void note_chunk_change(ChunkId c);
+  bool behind() const { return !lagging_chunks_.empty(); }
+  // Brings the segments mapping chunks taken or given back since the last
+  // call up to date: busy counts, the idle index, free runs.
+  void catch_up();
+  std::size_t behind_chunk_count() const;
+
+  // ---- the worker's ranges ----
+  // A consolidated range joins the indexed ones; the oldest leaves; idle
+  // segments all of whose chunks it maps leave the run index.
+  void add_consolidated(SegmentId range);
+  const std::vector<SegmentId>& consolidated() const { return consolidated_; }
+  void add_reserve(SegmentId s);
+  // A request took new memory from reserve range `s`: the range is ordinary
+  // memory from now on, and the worker makes another reserve.
+  void dissolve_reserve(SegmentId s);
+
+  std::string check_invariants() const;
+  std::size_t indexed_segment_count() const;
+
+ private:
+  bool unmappable(const Segment& seg) const { return seg.fence <= fences_done_; }
+  bool mapped_inside(DevicePtr va, std::size_t size) const;
+  void run_insert(SegmentId s, std::uint32_t start, std::uint32_t count);
+  void run_erase(SegmentId s, SlotRuns::iterator it);
+  void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
+  void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
+  void apply_stretches(const std::vector<Mapping>& slots, bool freed);
+  void unindex(SegmentId s);
+  void unindex_superseded(SegmentId range);
+  void idle_insert(SegmentId s);
+  void idle_erase(SegmentId s);
+  SegmentId new_slot();
+  [[noreturn]] void backend_failure(const char* what, Status s, const std::string& cause) const;
+
+  Backend& backend_;
+  ChunkPool& pool_;
+  SegmentTableOptions options_;
+  Stats& stats_;
+  ObserverList& observers_;
+  std::vector<Segment> segments_;
+  std::vector<SegmentId> free_slots_;
+  std::vector<ChunkMaps> maps_;    // by chunk id
+  PoolSet<SizeKey> idle_by_size_;  // busy == 0
+  using AgeKey = std::pair<std::uint64_t, SegmentId>;
+  PoolSet<AgeKey> unpinned_by_age_;  // !pinned(), least recently used first
+  using BaseEntry = std::pair<const DevicePtr, SegmentId>;
+  std::map<DevicePtr, SegmentId, std::less<DevicePtr>, PoolAllocator<BaseEntry>> segment_at_;
+  RunIndex free_runs_;           // every indexed segment's runs of free chunks, by bytes
+  std::vector<Zombie> zombies_;  // retried by unmap_unpinned() and the destructor
+  std::string last_failure_;
+  std::size_t mapped_bytes_ = 0;
+  std::uint64_t clock_ = 0;
+  FenceId fences_done_;
+  std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
+  std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
+  // Chunks marked kRunListed (some no longer behind).
+  std::vector<ChunkId> lagging_chunks_;
+  std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up's scratch
+  struct Stretch {
+    std::uint32_t start = 0, count = 0;
+  };
+  std::vector<Stretch> open_stretches_;      // apply_stretches' scratch: one per segment
+  std::vector<SegmentId> touched_segments_;  // ...with an open stretch
+};
+
+}  // namespace memlake::lake
