@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "allocator_impl.hpp"
+#include "allocator/allocator_impl.hpp"
 #include "backend/make_backend.hpp"
 #include "memlake/errors.hpp"
 

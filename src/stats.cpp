@@ -5,7 +5,7 @@
 #include <string>
 
 #include "memlake/stats.hpp"
-#include "stat_update.hpp"
+#include "common/stat_update.hpp"
 
 namespace memlake {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "memlake/errors.hpp"
-#include "stat_update.hpp"
+#include "common/stat_update.hpp"
 
 namespace memlake::lake {
 

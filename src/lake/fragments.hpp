@@ -8,7 +8,7 @@
 #include <set>
 
 #include "lake/types.hpp"
-#include "node_pool.hpp"
+#include "common/node_pool.hpp"
 
 namespace memlake::lake {
 

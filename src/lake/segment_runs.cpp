@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "lake/segment_table.hpp"
-#include "stat_update.hpp"
+#include "common/stat_update.hpp"
 
 namespace memlake::lake {
 

@@ -33,8 +33,8 @@
 #include "lake/slot_runs.hpp"
 #include "lake/types.hpp"
 #include "memlake/stats.hpp"
-#include "node_pool.hpp"
-#include "observers.hpp"
+#include "common/node_pool.hpp"
+#include "common/observer_list.hpp"
 #include "stream/fence.hpp"
 
 namespace memlake::lake {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator_impl.hpp"
+#include "allocator/allocator_impl.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "memlake/allocator.hpp"
 #include "stitched_block.hpp"

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "request_history.hpp"
+#include "allocator/request_history.hpp"
 
 namespace memlake {
 namespace {

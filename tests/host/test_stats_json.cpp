@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memlake/stats.hpp"
-#include "stat_update.hpp"
+#include "common/stat_update.hpp"
 
 namespace memlake {
 namespace {

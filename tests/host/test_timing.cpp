@@ -11,7 +11,7 @@
 
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"
-#include "timing.hpp"
+#include "common/timing.hpp"
 
 namespace memlake {
 namespace {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "allocator_impl.hpp"
+#include "allocator/allocator_impl.hpp"
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "allocator_impl.hpp"
+#include "allocator/allocator_impl.hpp"
 #include "suites/core_fixture.hpp"
 #include "suites/stats_delta.hpp"
 

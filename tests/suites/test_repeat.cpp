@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "allocator_impl.hpp"
+#include "allocator/allocator_impl.hpp"
 #include "suites/core_fixture.hpp"
 
 namespace memlake::test {

@@ -1,7 +1,7 @@
 // CountingBackend: per-operation atomic counters (see counting_backend.hpp).
 #include "backend/adaptors/counting_backend.hpp"
 
-#include "timing.hpp"
+#include "common/timing.hpp"
 
 namespace memlake {
 

@@ -1,12 +1,15 @@
 // AllocatorImpl: one device's allocator. It holds the lock, tracks what the
 // caller holds (live blocks with their streams), and drives the layers below:
-// the stream scheduler for deferred frees and the lake for memory.
+// StreamOrder for the fences frees go to the lake under, the Lake for memory,
+// the mapping worker for driver work off the allocating thread.
 //
-// malloc fast path: same-stream reuse of a block freed on the caller's
-// stream (no system call, no event). Slow path (MEMLAKE_NOINLINE):
-// retire completed frees -> lake without new memory -> another stream's
-// pending block by a GPU-side wait -> lake with new memory -> reclaim and
-// retry -> out_of_memory.
+// allocate: admit the caller's stream, then climb the ladder (src/lake/
+// ladder.cpp) in budget order: every rung that makes no new memory, a nudge
+// to the worker (a synchronization point), the rungs that create chunks,
+// and after a reclaim the whole ladder once more; else out_of_memory. Memory
+// freed under another stream's fence makes the caller's stream wait for it,
+// GPU-side (never the host).
+// deallocate: the block goes to the lake at once, under its stream's fence.
 #pragma once
 
 #include <cstddef>
@@ -14,16 +17,17 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "allocator/request_history.hpp"
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/backend.hpp"
+#include "common/node_pool.hpp"
+#include "common/observer_list.hpp"
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/sharing.hpp"
-#include "node_pool.hpp"
-#include "observers.hpp"
-#include "request_history.hpp"
 #include "stream/stream_order.hpp"
 #include "trace/recorder.hpp"
 #include "worker/mapping_worker.hpp"
@@ -47,6 +51,7 @@ class AllocatorImpl {
   Backend& backend() { return *counting_; }
   const Backend& backend() const { return *counting_; }
   const CountingBackend& counting() const { return *counting_; }
+  std::size_t capacity() const { return pool_.capacity(); }
   std::size_t allocation_size(const void* ptr) const;
   bool owns(const void* ptr) const;
   SharedBlock share(const void* ptr);
@@ -59,7 +64,7 @@ class AllocatorImpl {
   std::vector<std::pair<DevicePtr, std::size_t>> aliases(const void* ptr) const;
   // For diagnostics and tests; the caller must not run allocations meanwhile.
   const lake::Lake& lake() const { return lake_; }
-  lake::Lake& lake() { return lake_; }  // for tests that have the runs catch up
+  lake::Lake& lake() { return lake_; }
 
  private:
   struct LiveBlock {
@@ -69,10 +74,14 @@ class AllocatorImpl {
     std::vector<Stream> also_used_on;
   };
 
-  MEMLAKE_NOINLINE void* allocate_slow(std::size_t bytes, Stream stream, std::uint64_t history);
-  void* hand_out(DevicePtr ptr, std::size_t size, std::size_t requested, Stream stream, Rung rung);
-  void* from_lake(const lake::Placed& p, std::size_t requested, Stream stream);
-  [[noreturn]] void misuse(const std::string& message) const;
+  // The ladder in budget order, reclaim included; an empty Placed when
+  // nothing serves.
+  lake::Placed climb(const lake::Request& request);
+  void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream);
+  // errors.cpp
+  // Counts in misuse_errors unless the call was a query (allocation_size).
+  [[noreturn]] void misuse(const std::string& message, bool counts = true) const;
+  [[noreturn]] void unknown_stream(const char* what, Stream stream, const void* ptr) const;
   std::string bad_pointer(DevicePtr ptr) const;
   [[noreturn]] void out_of_memory(std::size_t bytes, Stream stream);
   void check_debug() const;

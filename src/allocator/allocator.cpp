@@ -1,0 +1,85 @@
+// memlake::Allocator: the public C++ allocator, a handle on AllocatorImpl.
+#include "memlake/allocator.hpp"
+
+#include "allocator/allocator_impl.hpp"
+#include "backend/make_backend.hpp"
+
+namespace memlake {
+
+namespace {
+// The config is checked before a backend is made for it.
+std::unique_ptr<Backend> backend_for(const Config& c) {
+  c.validate();
+  return make_backend(c);
+}
+}  // namespace
+
+Allocator::Allocator(const Config& config)
+    : impl_(std::make_unique<AllocatorImpl>(config, backend_for(config))) {}
+Allocator::Allocator(const Config& config, std::unique_ptr<Backend> backend)
+    : impl_(std::make_unique<AllocatorImpl>(config, std::move(backend))) {}
+Allocator::~Allocator() = default;
+
+void* Allocator::allocate(std::size_t bytes, Stream stream) {
+  return impl_->allocate(bytes, stream);
+}
+void Allocator::deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  impl_->deallocate(ptr, bytes, stream);
+}
+void Allocator::record_stream(void* ptr, Stream stream) {
+  impl_->record_stream(ptr, stream);
+}
+void Allocator::empty_cache() {
+  impl_->empty_cache();
+}
+void Allocator::process_pending_frees() {
+  impl_->process_pending_frees();
+}
+Stats Allocator::stats() const {
+  return impl_->stats();
+}
+void Allocator::reset_peak_stats() {
+  impl_->reset_peak_stats();
+}
+const Config& Allocator::config() const {
+  return impl_->config();
+}
+// The backend the caller chose or got, not the counting adaptor around it.
+const char* Allocator::backend_name() const {
+  return impl_->counting().upstream().name();
+}
+int Allocator::device() const {
+  return impl_->backend().device();
+}
+std::size_t Allocator::capacity() const {
+  return impl_->lake().capacity();
+}
+std::size_t Allocator::granularity() const {
+  return impl_->backend().granularity();
+}
+std::size_t Allocator::allocation_size(const void* ptr) const {
+  return impl_->allocation_size(ptr);
+}
+bool Allocator::owns(const void* ptr) const {
+  return impl_->owns(ptr);
+}
+void Allocator::add_observer(Observer* observer) {
+  impl_->add_observer(observer);
+}
+void Allocator::remove_observer(Observer* observer) {
+  impl_->remove_observer(observer);
+}
+Stream Allocator::create_stream() {
+  return impl_->create_stream();
+}
+void Allocator::destroy_stream(Stream stream) {
+  impl_->destroy_stream(stream);
+}
+std::string Allocator::check_invariants() const {
+  return impl_->check_invariants();
+}
+Backend& Allocator::backend() {
+  return impl_->backend();
+}
+
+}  // namespace memlake

@@ -1,0 +1,236 @@
+// The allocator's front end: building the layers, the climb of the ladder,
+// what the caller holds, frees and record_stream.
+#include "allocator/allocator_impl.hpp"
+
+#include <algorithm>
+
+#include "common/stat_update.hpp"
+#include "common/timing.hpp"
+
+namespace memlake {
+
+namespace {
+
+std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, CountingBackend** out) {
+  if (!backend) throw error("memlake: no backend given");
+  auto counting = std::make_unique<CountingBackend>(std::move(backend));
+  *out = counting.get();
+  return counting;
+}
+
+const Config& validated(const Config& c) {
+  c.validate();
+  return c;
+}
+
+// The one place capacity is decided: the backend's (make_backend applied
+// capacity or capacity_fraction to it), or less where the caller gave its
+// own backend and a smaller capacity in the config. At least one chunk.
+std::size_t capacity_of(const Config& c, const CountingBackend& b) {
+  const std::size_t capacity = c.capacity != 0 ? std::min(c.capacity, b.capacity()) : b.capacity();
+  if (capacity < b.granularity()) {
+    throw config_error("memlake config: capacity " + std::to_string(capacity) +
+                       " bytes is below one chunk (the " + b.upstream().name() +
+                       " backend's granularity, " + std::to_string(b.granularity()) + " bytes)");
+  }
+  return capacity;
+}
+
+lake::LakeOptions lake_options(const Config& c, const Backend& b) {
+  lake::LakeOptions o;
+  o.granularity = b.granularity();
+  o.small_max = c.small_max;
+  o.max_chunk = std::max(c.max_chunk, o.granularity);
+  o.large_chunk = c.large_chunk == 0 ? 0 : std::max(c.large_chunk, o.granularity);
+  o.large_chunk_from = c.large_chunk_from;
+  o.fit_slack = c.fit_slack;
+  o.stitch_cache_ratio = c.stitch_cache_ratio;
+  o.max_stitch_chunks = std::max<std::size_t>(c.max_stitch_chunks, 1);
+  o.defer_eviction = c.worker != WorkerMode::off;
+  o.reserve = c.worker != WorkerMode::off ? c.reserve : 0;
+  return o;
+}
+
+std::unique_ptr<TraceRecorder> make_recorder(const Config& c, ObserverList& observers) {
+  if (c.record.empty()) return nullptr;
+  auto r = std::make_unique<TraceRecorder>(c.record, c.device);
+  observers.add(r.get());
+  return r;
+}
+
+}  // namespace
+
+AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
+    : config_(validated(config)),
+      backend_(wrap_counting(std::move(backend), &counting_)),
+      recorder_(make_recorder(config_, observers_)),
+      pool_(*backend_, capacity_of(config_, *counting_), stats_),
+      lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_),
+      order_(*backend_, stats_),
+      worker_(mutex_, lake_, stats_, config_.worker) {}
+
+AllocatorImpl::~AllocatorImpl() {
+  worker_.stop();
+  std::lock_guard lock(mutex_);
+  // Blocks the caller still holds go with the lake; the pool releases every
+  // chunk after it.
+}
+
+void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
+  auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
+  CriticalPathScope critical;
+  ScopedNanos timed(stats_.allocate_ns);
+  StreamOrder::CallScope call(order_);
+  const std::uint64_t history = history_.push(bytes);
+  if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
+  if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
+  const lake::Placed p =
+      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history});
+  if (!p) out_of_memory(bytes, stream);
+  // Memory freed under a fence another stream recorded: the caller's stream
+  // waits for that stream's work first.
+  if (MEMLAKE_UNLIKELY(p.fence > lake_.fences_done())) {
+    try {
+      order_.wait_for(stream, p.fence);
+    } catch (...) {
+      lake_.free(p.ptr);
+      throw;
+    }
+  }
+  return hand_out(p, bytes, stream);
+}
+
+lake::Placed AllocatorImpl::climb(const lake::Request& request) {
+  lake_.fences_completed(order_.completed());
+  lake::Placed p = lake_.place(request, lake::Budget::map);
+  // A synchronization point: frees came back, or this request had to stitch.
+  worker_.nudge();
+  if (p) return p;
+  p = lake_.place(request, lake::Budget::create, /*from=*/lake::Budget::create);
+  if (p) return p;
+  // Reclaim: unmap cached ranges and release unused chunks, then climb again.
+  order_.record_open_fences();
+  lake_.fences_completed(order_.completed());
+  lake_.reclaim();
+  p = lake_.place(request, lake::Budget::create);
+  if (p) p.rung = Rung::reclaim_retry;
+  return p;
+}
+
+void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream) {
+  live_.emplace(placed.ptr, LiveBlock{placed.size, requested, stream, {}});
+  ++stats_.allocs.current;
+  ++rung_stat(stats_, placed.rung).current;
+  gauge(stats_.live_bytes, static_cast<std::int64_t>(placed.size));
+  gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
+  void* p = reinterpret_cast<void*>(placed.ptr);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_alloc(p, requested, stream, placed.rung); });
+  if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
+  return p;
+}
+
+void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  if (ptr == nullptr) return;
+  auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
+  CriticalPathScope critical;
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  auto it = live_.find(key);
+  if (MEMLAKE_UNLIKELY(it == live_.end())) misuse(bad_pointer(key));
+  if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "size mismatch freeing %p: %zu bytes given, the block has %zu",
+                  ptr, bytes, it->second.requested);
+    misuse(buf);
+  }
+  if (MEMLAKE_UNLIKELY(!order_.admit(stream))) unknown_stream("free", stream, ptr);
+  LiveBlock block = std::move(it->second);
+  live_.erase(it);
+  ++stats_.frees.current;
+  gauge(stats_.live_bytes, -static_cast<std::int64_t>(block.size));
+  gauge(stats_.requested_bytes, -static_cast<std::int64_t>(block.requested));
+  // A block freed on another stream than its own was used on both.
+  if (block.stream != stream && std::find(block.also_used_on.begin(), block.also_used_on.end(),
+                                          block.stream) == block.also_used_on.end())
+    block.also_used_on.push_back(block.stream);
+  std::erase(block.also_used_on, stream);
+  // A recorded stream destroyed since has finished its work (destroying a
+  // stream drains it): nothing to wait for there.
+  std::erase_if(block.also_used_on, [&](Stream s) { return !order_.admit(s); });
+  const StreamOrder::FreeTag tag = order_.free_on(stream, block.also_used_on);
+  lake_.free(key, tag.fence, tag.others_wait);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
+  if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
+}
+
+void AllocatorImpl::record_stream(void* ptr, Stream stream) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  if (!order_.admit(stream)) misuse("record_stream: unknown stream");
+  LiveBlock& b = it->second;
+  if (stream != b.stream &&
+      std::find(b.also_used_on.begin(), b.also_used_on.end(), stream) == b.also_used_on.end())
+    b.also_used_on.push_back(stream);
+}
+
+void AllocatorImpl::process_pending_frees() {
+  std::lock_guard lock(mutex_);
+  order_.record_open_fences();
+}
+
+void AllocatorImpl::empty_cache() {
+  std::unique_lock lock(mutex_);
+  worker_.wait_idle(lock);  // its pinned chunks must be released too
+  order_.record_open_fences();
+  lake_.fences_completed(order_.completed());
+  lake_.reclaim();
+}
+
+bool AllocatorImpl::owns(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  return live_.count(reinterpret_cast<DevicePtr>(ptr)) != 0;
+}
+
+std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) misuse(bad_pointer(reinterpret_cast<DevicePtr>(ptr)), /*counts=*/false);
+  return it->second.requested;
+}
+
+std::vector<std::pair<DevicePtr, std::size_t>> AllocatorImpl::aliases(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
+  if (it == live_.end()) return {};
+  return lake_.aliases(it->first, it->second.size);
+}
+
+void AllocatorImpl::add_observer(Observer* o) {
+  std::lock_guard lock(mutex_);
+  observers_.add(o);
+}
+
+void AllocatorImpl::remove_observer(Observer* o) {
+  std::lock_guard lock(mutex_);
+  observers_.remove(o);
+}
+
+Stream AllocatorImpl::create_stream() {
+  StreamHandle s = nullptr;
+  if (backend_->stream_create(&s) != Status::ok)
+    throw backend_error("memlake: stream_create failed: " + backend_->last_error());
+  return s;
+}
+
+void AllocatorImpl::destroy_stream(Stream stream) {
+  {
+    std::lock_guard lock(mutex_);
+    order_.forget(stream);
+  }
+  if (backend_->stream_destroy(stream) != Status::ok)
+    throw backend_error("memlake: stream_destroy failed: " + backend_->last_error());
+}
+
+}  // namespace memlake

@@ -1,0 +1,51 @@
+// What the allocator reports of itself: the stats snapshot (the parts' own
+// counters and the counting backend's), peaks, and the invariant check.
+#include "allocator/allocator_impl.hpp"
+
+namespace memlake {
+
+namespace {
+void fix_gauge(StatValue&) {}
+void fix_counter(StatValue& v) {
+  v.peak = v.current;
+}
+}  // namespace
+
+Stats AllocatorImpl::stats() const {
+  std::lock_guard lock(mutex_);
+  Stats s = stats_;
+  s.vmm_calls.current = static_cast<std::int64_t>(counting_->total());
+  s.critical_path_vmm_calls.current = static_cast<std::int64_t>(counting_->critical_path());
+  s.worker_vmm_calls.current = static_cast<std::int64_t>(counting_->worker());
+  s.host_waits.current = static_cast<std::int64_t>(counting_->host_waits());
+  s.critical_path_vmm_ns.current = static_cast<std::int64_t>(counting_->critical_path_vmm_ns());
+  s.critical_path_event_ns.current = static_cast<std::int64_t>(counting_->critical_path_event_ns());
+  s.worker_vmm_ns.current = static_cast<std::int64_t>(counting_->worker_vmm_ns());
+#define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
+  MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
+#undef MEMLAKE_FIX_STAT
+  return s;
+}
+
+void AllocatorImpl::reset_peak_stats() {
+  std::lock_guard lock(mutex_);
+#define MEMLAKE_RESET_PEAK(name, kind, help) stats_.name.peak = stats_.name.current;
+  MEMLAKE_STAT_FIELDS(MEMLAKE_RESET_PEAK)
+#undef MEMLAKE_RESET_PEAK
+}
+
+std::string AllocatorImpl::check_invariants() const {
+  std::lock_guard lock(mutex_);
+  std::string err = lake_.check_invariants();
+  if (stats_.reserved_bytes.current != static_cast<std::int64_t>(pool_.reserved_bytes()))
+    err += "reserved bytes disagree with the stats; ";
+  std::size_t live = 0;
+  for (const auto& [ptr, b] : live_) live += b.size;
+  if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)
+    err += "live bytes disagree with the stats; ";
+  if (live != lake_.allocated_bytes())
+    err += "live bytes disagree with the lake's allocated bytes; ";
+  return err;
+}
+
+}  // namespace memlake
