@@ -1,5 +1,6 @@
 // memlake::Allocator: the C++ front end. One Allocator owns one device's lake
-// (its chunks and mapped ranges), its stream scheduler and its backend.
+// (its chunks and mapped ranges), the stream order of its frees and its
+// backend.
 //
 //   memlake::Allocator alloc(memlake::Config::from_env());
 //   void* p = alloc.allocate(64 << 20, stream);
@@ -46,8 +47,9 @@ class Allocator {
   void record_stream(void* ptr, Stream stream);
   // Returns cached memory (unused chunks and idle mappings) to the backend.
   void empty_cache();
-  // Hands frees whose stream work has completed back to the shared pool
-  // (the allocation slow path does this by itself); never waits.
+  // Records the fences of the frees so far (an event each on their streams),
+  // so that memory they freed can be unmapped once that work is done;
+  // allocations and empty_cache() do this by themselves. Never waits.
   void process_pending_frees();
 
   Stats stats() const;

@@ -16,9 +16,8 @@ class RequestHistory {
  public:
   // Long enough that a position in a step is told apart from the same
   // position one layer later (a layer makes a few dozen requests); short
-  // enough that the first steps' differences are soon out of it. On the
-  // recorded fixed-shape GPT-2 and Llama steps, 8 did not settle, 64 and
-  // 512 settled within three steps.
+  // enough that the first steps' differences are soon out of it
+  // (docs/benchmarks.md has the windows measured).
   static constexpr std::size_t kWindow = 64;
 
   // The hash of the requests before this one; then this one joins them.

@@ -1,5 +1,5 @@
 // The backend is memlake's platform layer: the only code that talks to memory
-// hardware or a driver. Everything above it (lake, stream scheduler, worker)
+// hardware or a driver. Everything above it (lake, stream order, worker)
 // speaks in virtual ranges, physical chunks and opaque stream/event handles.
 //
 // Contract (the CUDA VMM contract, which HostBackend reproduces on the CPU):

@@ -1,9 +1,8 @@
 // Recycles small fixed-size nodes: the lake's trees, hash maps and piece
-// lists, the scheduler's pending frees and the allocator's live blocks. They
-// come and go by the thousand per large allocation (a 150 MB block claims 75
-// chunks, each a tree node or two) and one or more per malloc and free;
-// through the general-purpose heap that was a fifth of the allocation path's
-// instructions (callgrind, memlake-replay on a recorded GPT-2 training run).
+// lists and the allocator's live blocks. They come and go by the thousand
+// per large allocation (a 150 MB block takes 75 chunks, each a tree node or
+// two) and one or more per malloc and free, which the general-purpose heap
+// would serve far more slowly.
 // Not thread-safe: its users run under the allocator's lock.
 #pragma once
 

@@ -1,8 +1,8 @@
 // The free chunks, ordered by (size, id) like a std::set of pairs, stored as
 // one bitset of chunk ids per distinct chunk size. Claiming and freeing a
-// chunk, the commonest change in the lake (a large block claims dozens), is
-// a bit flip instead of a tree node; the walks of select_free_chunks and the
-// consolidation visit the same chunks in the same order as before.
+// chunk, the commonest change in the lake (a large block takes dozens), is
+// a bit flip instead of a tree node; walks visit the chunks in (size, id)
+// order as a set's would.
 #pragma once
 
 #include <cstddef>

@@ -3,11 +3,10 @@
 // keys, stored as one sorted array per length in units of the granularity,
 // with a bitmap of the lengths that hold runs. Runs are whole chunks, so
 // their lengths are few (multiples of the granularity) while the runs are
-// many; each claim and free of a block updates the index once per segment
-// mapping its chunks, and a tree node per run made that a fifth of the
-// allocation path's instructions. Lookups and walks see the same runs in the
-// same order as the set did. A length's array stays when it empties; walks
-// step over empty ones with the bitmap.
+// many, and each take and give-back of a block updates the index once per
+// segment mapping its chunks: arrays keep that upkeep to a binary search and
+// a short move, where a tree would allocate a node per run. A length's array
+// stays when it empties; walks step over empty ones with the bitmap.
 #pragma once
 
 #include <algorithm>

@@ -1,9 +1,8 @@
 // One segment's runs of free chunk slots, first slot -> number of slots, as
 // a sorted array: a segment holds a few runs to a few hundred, and every
-// claim and free of a chunk updates the runs of each segment mapping it. As
-// a std::map (a tree node per run) that upkeep was a third of the
-// allocation path's instructions; a binary search and a short move over
-// contiguous memory cost less than a tree's rebalancing and pointer chasing.
+// take and give-back of a chunk updates the runs of each segment mapping it;
+// a binary search and a short move over contiguous memory cost less than a
+// tree's rebalancing and pointer chasing.
 // The interface is the subset of std::map the lake uses. Inserting or
 // erasing invalidates the iterators after the place it happens.
 #pragma once

@@ -1,9 +1,9 @@
 // The background mapping worker: one thread per allocator that does VMM work
 // ahead of demand, so the allocating thread finds mapped free runs instead
-// of stitching. It is nudged at stream synchronization points (when the
-// scheduler hands completed frees back to the lake) and after a request had
-// to stitch; it never polls, and the allocating thread never waits for it
-// (if a job is under way, a request that needs mapping does it itself).
+// of stitching. It is nudged once per allocation, after the rungs that make
+// no new memory (a request that had to stitch leaves it work); it never
+// polls, and the allocating thread never waits for it (if a job is under
+// way, a request that needs mapping does it itself).
 //
 // Each job (jobs.hpp) plans under the allocator's lock, makes its VMM calls
 // without it, and commits under it again; a failed job leaves the lake as

@@ -639,7 +639,7 @@ Status CudaBackend::event_record(EventHandle event, StreamHandle stream) {
 }
 
 // No context guard: an event carries its context, and this is the call the
-// stream scheduler makes most often.
+// stream order makes most often.
 Status CudaBackend::event_query(EventHandle event) {
   if (event == nullptr) return fail(Status::invalid_argument, "cuda: event_query: null event");
   const cudaError_t e = cudaEventQuery(to_event(event));
