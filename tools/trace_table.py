@@ -13,7 +13,7 @@ was needed (`beyond_needed_bytes`, newer builds), allocate p99 and
 critical-path VMM calls after warm-up, `allocator_ns_total` and
 `critical_path_vmm_ns` (top level or in `stats`). A value a build does not
 report shows as "-". Each trace runs in a process of its own, so a crash
-costs one cell: its exit status and last stderr line are printed under the
+costs one cell: its exit status and last stderr lines are printed under the
 table, and this script then exits with status 1 (a trace that does not fit
 --capacity, exit 1 of memlake-replay, is a result, not a crash).
 
@@ -24,6 +24,7 @@ geometric_infer also with --small-live, into a temporary directory.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,7 +90,8 @@ def replay(binary, conf, trace, timeout):
     result = json.loads(lines[-1]) if lines else None
     if run.returncode not in (0, 1) or result is None:
         last = [x.strip() for x in run.stderr.splitlines() if x.strip()][-2:] or ["(no stderr)"]
-        return result, f"exit {run.returncode}: {' / '.join(last)}"
+        status = f"exit {run.returncode}" if run.returncode >= 0 else f"{signal.Signals(-run.returncode).name}"
+        return result, f"{status}: {' / '.join(last)}"
     return result, None
 
 
