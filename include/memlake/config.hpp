@@ -1,5 +1,5 @@
 // Allocator configuration. Every field has one row in the option table
-// (src/options.cpp), which also parses MEMLAKE_CONF="key:value,..." and the
+// (src/allocator/options.cpp), which also parses MEMLAKE_CONF="key:value,..." and the
 // MEMLAKE_<KEY> environment variables. Sizes accept K/M/G/T suffixes
 // (binary: 2M == 2097152).
 #pragma once

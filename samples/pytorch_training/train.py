@@ -93,7 +93,7 @@ def train(args):
     # memlake, per step: VMM calls on the training thread and on its mapping
     # worker, host milliseconds in allocations that missed the same-stream
     # cache, waiting for the allocator's lock, in VMM and event calls.
-    counters = ("critical_path_vmm_calls", "worker_vmm_calls", "slow_path_ns", "lock_wait_ns",
+    counters = ("critical_path_vmm_calls", "worker_vmm_calls", "allocate_ns", "lock_wait_ns",
                 "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
     by_step = {name: [] for name in counters}
 
@@ -178,7 +178,7 @@ def compare(args):
             m["seconds"] / results[base]["seconds"],
             sum(m["step_seconds"][5:]) / max(sum(results[base]["step_seconds"][5:]), 1e-9)))
     print("  memlake critical-path VMM calls by step: %s" % m["critical_vmm_by_step"])
-    print("  memlake ms in the slow path by step: %s" % m["slow_path_ms_by_step"])
+    print("  memlake ms inside allocate by step: %s" % m["allocate_ms_by_step"])
     print("  memlake ms waiting for its lock by step: %s" % m["lock_wait_ms_by_step"])
     print("  memlake host waits %d, stitches %d" % (m["host_waits"], m["stitches"]))
     # Deterministic kernels give bit-identical losses whatever the addresses;
