@@ -15,9 +15,12 @@
 #include "gated_jobs.hpp"
 #include "memlake/allocator.hpp"
 #include "stream/stream_order.hpp"
+#include "suites/stats_delta.hpp"
 
 namespace memlake {
 namespace {
+
+using test::StatsDelta;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
@@ -55,16 +58,15 @@ TEST(StreamOrder, AFreeReachesTheLakeAtOnceWithoutAnEvent) {
   char* p = static_cast<char*>(a->allocate(16 * MiB, s));
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, s));
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   a->deallocate(p, 16 * MiB, s);  // the job still writes p
   char* q = static_cast<char*>(a->allocate(6 * MiB, s));
-  const Stats s1 = a->stats();
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for the stream";
   EXPECT_GE(q, p);
   EXPECT_LE(q + 6 * MiB, p + 16 * MiB) << "served from the block just freed";
-  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current);
-  EXPECT_EQ(s1.cross_stream_waits.current, s0.cross_stream_waits.current);
-  EXPECT_EQ(s1.vmm_calls.current, s0.vmm_calls.current);
+  EXPECT_EQ(d(&Stats::events_recorded), 0);
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 0);
+  EXPECT_EQ(d(&Stats::vmm_calls), 0) << d.changed();
   // Stream order: the request's work runs after the job.
   EXPECT_TRUE(ran_after_gate(*a, job, q, 6 * MiB, s, 0x42));
   EXPECT_EQ(static_cast<unsigned char*>(static_cast<void*>(q))[6 * MiB - 1], 0x42);
@@ -81,11 +83,10 @@ TEST(StreamOrder, OneEventPerFenceOfFrees) {
   Stream s = a->create_stream();
   std::vector<void*> blocks;
   for (std::size_t i = 0; i < 2 * kFreesPerFence + 1; ++i) blocks.push_back(a->allocate(4096, s));
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   for (void* p : blocks) a->deallocate(p, 4096, s);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.frees.current - s0.frees.current, static_cast<std::int64_t>(blocks.size()));
-  EXPECT_EQ(s1.events_recorded.current - s0.events_recorded.current, 2);
+  EXPECT_EQ(d(&Stats::frees), static_cast<std::int64_t>(blocks.size()));
+  EXPECT_EQ(d(&Stats::events_recorded), 2);
   a->destroy_stream(s);
 }
 
@@ -98,14 +99,13 @@ TEST(StreamOrder, AStreamSeenLaterWaitsForTheWorkBefore) {
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
   a->deallocate(p, 16 * MiB, sa);  // sb was never used
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   char* q = static_cast<char*>(a->allocate(8 * MiB, sb));
-  const Stats s1 = a->stats();
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
   EXPECT_GE(q, p);
   EXPECT_LE(q + 8 * MiB, p + 16 * MiB);
-  EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current);
-  EXPECT_EQ(s1.cross_stream_waits.current - s0.cross_stream_waits.current, 1);
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0);
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 1);
   EXPECT_TRUE(ran_after_gate(*a, job, q, 8 * MiB, sb, 0x42))
       << "B's job ran before A's had finished";
   a->deallocate(q, 8 * MiB, sb);
@@ -127,27 +127,27 @@ TEST(StreamOrder, AnotherStreamGivenTheMemoryWaitsForItsFence) {
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   a->deallocate(p, 16 * MiB, sa);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current) << "the fence stays open";
+  EXPECT_EQ(d(&Stats::events_recorded), 0) << "the fence stays open";
+  d.restart();
   char* q = static_cast<char*>(a->allocate(8 * MiB, sb));
-  const Stats s2 = a->stats();
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream A";
   EXPECT_GE(q, p);
   EXPECT_LE(q + 8 * MiB, p + 16 * MiB) << "served from A's free, not new memory";
-  EXPECT_EQ(s2.reserved_bytes.current, s1.reserved_bytes.current);
-  EXPECT_EQ(s2.events_recorded.current - s1.events_recorded.current, 1) << "A's fence recorded";
-  EXPECT_EQ(s2.cross_stream_waits.current - s1.cross_stream_waits.current, 1);
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0);
+  EXPECT_EQ(d(&Stats::events_recorded), 1) << "A's fence recorded";
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 1);
   EXPECT_TRUE(ran_after_gate(*a, job, q, 8 * MiB, sb, 0x42))
       << "B's job ran before A's had finished";
   GatedWrite job_b;
   ASSERT_TRUE(start_gated_write(*a, job_b, q, 8 * MiB, 0x6B, sb));
+  d.restart();
   a->deallocate(q, 8 * MiB, sb);
   char* r = static_cast<char*>(a->allocate(8 * MiB, sa));
   EXPECT_FALSE(job_b.done.load());
   EXPECT_EQ(r, q) << "the same request takes the same place";
-  EXPECT_EQ(a->stats().cross_stream_waits.current - s2.cross_stream_waits.current, 1);
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 1);
   EXPECT_TRUE(ran_after_gate(*a, job_b, r, 8 * MiB, sa, 0x24))
       << "A's job ran before B's had finished";
   a->deallocate(r, 8 * MiB, sa);
@@ -164,13 +164,12 @@ TEST(StreamOrder, AStreamReusesItsOwnFreesWithoutWaiting) {
   char* p = static_cast<char*>(a->allocate(16 * MiB, sa));
   GatedWrite job;
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sa));
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   a->deallocate(p, 16 * MiB, sa);
   char* q = static_cast<char*>(a->allocate(16 * MiB, sa));
-  const Stats s1 = a->stats();
   EXPECT_EQ(q, p);
-  EXPECT_EQ(s1.cross_stream_waits.current, s0.cross_stream_waits.current);
-  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current);
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 0);
+  EXPECT_EQ(d(&Stats::events_recorded), 0);
   EXPECT_TRUE(ran_after_gate(*a, job, q, 16 * MiB, sa, 0x42));
   a->deallocate(q, 16 * MiB, sa);
   EXPECT_EQ(a->check_invariants(), "");
@@ -186,15 +185,14 @@ TEST(StreamOrder, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
   GatedWrite job;  // B's work on the block
   ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, sb));
   a->record_stream(p, sb);
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   a->deallocate(p, 16 * MiB, sa);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.events_recorded.current, s0.events_recorded.current);
+  EXPECT_EQ(d(&Stats::events_recorded), 0);
+  d.restart();
   char* q = static_cast<char*>(a->allocate(16 * MiB, sa));
-  const Stats s2 = a->stats();
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream B";
   EXPECT_EQ(q, p);
-  EXPECT_EQ(s2.cross_stream_waits.current - s1.cross_stream_waits.current, 1);
+  EXPECT_EQ(d(&Stats::cross_stream_waits), 1);
   EXPECT_TRUE(ran_after_gate(*a, job, q, 16 * MiB, sa, 0x42))
       << "A's job ran before B's had finished";
   a->deallocate(q, 16 * MiB, sa);
@@ -213,11 +211,9 @@ TEST(StreamOrder, ARecordedStreamsFenceClosesAfterItsFrees) {
     blocks.push_back(a->allocate(4096, streams.sa));
     a->record_stream(blocks.back(), streams.sb);
   }
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   for (void* p : blocks) a->deallocate(p, 4096, streams.sa);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.events_recorded.current - s0.events_recorded.current, 2)
-      << "A's fence and B's, each after kFreesPerFence frees";
+  EXPECT_EQ(d(&Stats::events_recorded), 2) << "A's fence and B's, each after kFreesPerFence frees";
 }
 
 // Queued work may still write a freed block through its address:
@@ -251,10 +247,9 @@ TEST(StreamOrder, OneEventQueryPerStreamBehind) {
   std::vector<void*> blocks;
   for (std::size_t i = 0; i < 3 * kFreesPerFence; ++i) blocks.push_back(a->allocate(4096, s));
   for (void* p : blocks) a->deallocate(p, 4096, s);  // three fences, all behind the job
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   void* q = a->allocate(4096, s);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.event_queries.current - s0.event_queries.current, 1);
+  EXPECT_EQ(d(&Stats::event_queries), 1);
   job.open = true;
   a->backend().stream_synchronize(s);
   a->deallocate(q, 4096, s);

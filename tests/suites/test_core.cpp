@@ -41,12 +41,10 @@ TEST_F(CoreTest, StitchedBlockSharesBytesWithItsChunksOtherMappings) {
   c.max_chunk = 2 * MiB;  // every chunk one granule, so a stitch is certain
   auto a = make(64 * MiB, c);
   scatter_four_chunks(*a);
-  const Stats before = a->stats();
+  StatsDelta d(*a);
   void* big = a->allocate(8 * MiB);
-  const Stats after = a->stats();
-  EXPECT_EQ(after.rung_stitch.current - before.rung_stitch.current, 1);
-  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current)
-      << "stitch must not create memory";
+  EXPECT_EQ(d(&Stats::rung_stitch), 1) << d.changed();
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0) << "stitch must not create memory";
 
   auto aliases = a->impl().aliases(big);
   ASSERT_EQ(aliases.size(), 4u);  // four 2 MiB chunks, each also mapped in its own segment
@@ -181,13 +179,12 @@ TEST_F(CoreTest, ABlockAcrossTheFreeEndsOfTwoBusyChunksMakesNoNewMemory) {
   EXPECT_INVARIANTS(*a);
 
   // 2 MiB: Y's free tail (764K) and X's free head (1.5M) hold it.
-  const Stats before = a->stats();
+  StatsDelta d(*a);
   void* across = a->allocate(2 * MiB);
-  const Stats after = a->stats();
-  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
-  EXPECT_EQ(after.chunks_created.current, before.chunks_created.current);
-  EXPECT_EQ(after.rung_borrowed_ends.current - before.rung_borrowed_ends.current, 1);
-  EXPECT_EQ(after.segments.current - before.segments.current, 1);
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0) << "no new memory";
+  EXPECT_EQ(d(&Stats::chunks_created), 0);
+  EXPECT_EQ(d(&Stats::rung_borrowed_ends), 1) << d.changed();
+  EXPECT_EQ(d(&Stats::segments), 1);
   EXPECT_INVARIANTS(*a);
   platform_->fill(across, 2 * MiB, 3);
   EXPECT_TRUE(platform_->check(small, 256 * KiB, 1));
@@ -269,11 +266,10 @@ TEST_F(CoreTest, ABlockLeavesItsSlackAsAHeadWhereHeadsAreScarce) {
   EXPECT_INVARIANTS(*a);
 
   // C3's free tail (1.5M) and C1's free head (1M) hold 2.5 MiB.
-  const Stats before = a->stats();
+  StatsDelta d(*a);
   void* across = a->allocate(2560 * KiB);
-  const Stats after = a->stats();
-  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current) << "no new memory";
-  EXPECT_EQ(after.rung_borrowed_ends.current - before.rung_borrowed_ends.current, 1);
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0) << "no new memory";
+  EXPECT_EQ(d(&Stats::rung_borrowed_ends), 1) << d.changed();
   platform_->fill(across, 2560 * KiB, 3);
   EXPECT_TRUE(platform_->check(r, 256 * KiB, 1));
   EXPECT_TRUE(platform_->check(q, 3 * MiB, 2));
@@ -299,11 +295,10 @@ TEST_F(CoreTest, ReclaimAndRetryThenOomThenRecovery) {
   settle(*a);
   // 8 MiB cannot be stitched from one chunk and the capacity is full: the
   // cache is reclaimed and the retry creates one 8 MiB range.
-  const Stats s0 = a->stats();
+  StatsDelta d(*a);
   void* big = a->allocate(8 * MiB);
-  const Stats s1 = a->stats();
-  EXPECT_EQ(s1.rung_reclaim_retry.current - s0.rung_reclaim_retry.current, 1);
-  EXPECT_EQ(s1.chunks_released.current - s0.chunks_released.current, 4);
+  EXPECT_EQ(d(&Stats::rung_reclaim_retry), 1) << d.changed();
+  EXPECT_EQ(d(&Stats::chunks_released), 4);
   platform_->fill(big, 8 * MiB, 3);
 
   // Now truly full: a clean out_of_memory naming the numbers.
