@@ -6,6 +6,7 @@
 
 #include "common/stat_update.hpp"
 #include "common/timing.hpp"
+#include "profiling/trace_recorder.hpp"
 
 namespace memlake {
 

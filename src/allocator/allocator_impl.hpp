@@ -29,10 +29,11 @@
 #include "memlake/allocator.hpp"
 #include "memlake/sharing.hpp"
 #include "stream/stream_order.hpp"
-#include "trace/recorder.hpp"
 #include "worker/mapping_worker.hpp"
 
 namespace memlake {
+
+class TraceRecorder;  // profiling/trace_recorder.hpp
 
 class AllocatorImpl {
  public:

@@ -13,7 +13,6 @@
 #include "memlake/allocator.hpp"
 #include "memlake/memlake.h"
 #include "spawn_self.hpp"
-#include "trace/recorder.hpp"
 #include "trace/trace.hpp"
 
 namespace memlake {
@@ -86,9 +85,19 @@ TEST(Record, ARunReadsBackEventForEventAndReplaysToTheSamePeak) {
 }
 
 TEST(Record, DeviceAndPidArePartOfThePath) {
-  EXPECT_EQ(TraceRecorder::expand("/x/run-{device}.csv", 3), "/x/run-3.csv");
-  EXPECT_EQ(TraceRecorder::expand("/x/{pid}-{device}-{device}", 1),
-            "/x/" + std::to_string(::getpid()) + "-1-1");
+  const std::string pattern = temp_path("{pid}-{device}-{device}.csv");
+  std::string expected = pattern;
+  expected.replace(expected.find("{pid}-{device}-{device}"), 23,
+                   std::to_string(::getpid()) + "-3-3");
+  Config c = recording(pattern);
+  c.device = 3;
+  {
+    Allocator a(c);
+    a.deallocate(a.allocate(4096), 4096);
+  }
+  const Trace t = read_trace(expected);
+  EXPECT_EQ(t.events.size(), 2u);
+  std::remove(expected.c_str());
 }
 
 TEST(Record, AnUnwritablePathIsAnErrorNamingIt) {
@@ -128,7 +137,8 @@ TEST(Record, CApiAllocatorsLeaveACompleteFileAtExit) {
                            {"MEMLAKE_TEST_RECORD_CHILD=1",
                             "MEMLAKE_CONF=backend:host,capacity:256M,record:" + path}),
             0);
-  const std::string written = TraceRecorder::expand(path, 0);
+  std::string written = path;
+  written.replace(written.find("{device}"), 8, "0");
   const Trace t = read_trace(written);
   ASSERT_EQ(t.events.size(), 3u);
   EXPECT_EQ(t.events[0].bytes, 5 * MiB);

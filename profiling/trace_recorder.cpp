@@ -1,6 +1,6 @@
-// The `record` option's observer (recorder.hpp), and the exit handler that
+// The `record` option's observer (trace_recorder.hpp), and the exit handler that
 // closes the recorders still open when the process ends.
-#include "trace/recorder.hpp"
+#include "profiling/trace_recorder.hpp"
 
 #include <unistd.h>
 
