@@ -86,28 +86,28 @@ std::uint64_t TraceRecorder::stream_id(void* stream) {
   return it->second;
 }
 
-void TraceRecorder::on_alloc(void* ptr, std::size_t bytes, void* stream, Rung) {
+void TraceRecorder::on_alloc(const AllocEvent& e) {
   std::lock_guard lock(mutex_);
   if (!open_) return;
   const std::uint64_t id = next_id_++;
-  live_ids_[ptr] = id;
+  live_ids_[e.ptr] = id;
   try {
-    writer_.alloc(now_us(), id, bytes, stream_id(stream));
+    writer_.alloc(now_us(), id, e.bytes, stream_id(e.stream));
   } catch (const TraceError& e) {
     open_ = false;  // a full disk must not break the allocator: stop recording, say why
     std::fprintf(stderr, "memlake: record stopped: %s\n", e.what());
   }
 }
 
-void TraceRecorder::on_free(void* ptr, std::size_t bytes, void* stream) {
+void TraceRecorder::on_free(const FreeEvent& e) {
   std::lock_guard lock(mutex_);
   if (!open_) return;
-  auto it = live_ids_.find(ptr);
+  auto it = live_ids_.find(e.ptr);
   if (it == live_ids_.end()) return;  // allocated before recording began
   const std::uint64_t id = it->second;
   live_ids_.erase(it);
   try {
-    writer_.free(now_us(), id, bytes, stream_id(stream));
+    writer_.free(now_us(), id, e.bytes, stream_id(e.stream));
   } catch (const TraceError& e) {
     open_ = false;
     std::fprintf(stderr, "memlake: record stopped: %s\n", e.what());

@@ -26,8 +26,8 @@ class TraceRecorder final : public Observer {
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
-  void on_alloc(void* ptr, std::size_t bytes, void* stream, Rung rung) override;
-  void on_free(void* ptr, std::size_t bytes, void* stream) override;
+  void on_alloc(const AllocEvent& e) override;
+  void on_free(const FreeEvent& e) override;
   // Flushes and closes the file; later events are dropped. Idempotent.
   void close();
   const std::string& path() const { return path_; }

@@ -37,14 +37,61 @@ inline constexpr int kRungCount = 0 MEMLAKE_RUNGS(MEMLAKE_RUNG_COUNT);
 // "remembered", "fragment", ...: the stat is rung_<name>.
 const char* rung_name(Rung r);
 
+// An allocation handed out.
+struct AllocEvent {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;  // as asked
+  std::size_t size = 0;   // as held: rounded to 512 bytes
+  void* stream = nullptr;
+  Rung rung = Rung::fragment;  // the rung that served it
+  std::int64_t ns = 0;         // host time inside allocate, lock wait excluded
+};
+
+struct FreeEvent {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;  // as asked at allocation
+  void* stream = nullptr;
+};
+
+// A virtual range mapped (a new pBlock, a stitched sBlock, or an extension
+// of one at its end) or unmapped.
+struct MapEvent {
+  std::uintptr_t va = 0;
+  std::size_t bytes = 0;
+  bool stitched = false;  // over chunks that existed before it
+};
+
+enum class WorkerJobKind : int { consolidation, reserve, eviction };
+const char* worker_job_name(WorkerJobKind k);
+
+// A job of the mapping worker, once committed: what it mapped or unmapped,
+// and when its driver calls ran (steady-clock nanoseconds).
+struct WorkerJobEvent {
+  WorkerJobKind kind = WorkerJobKind::consolidation;
+  std::size_t bytes = 0;
+  std::int64_t start_ns = 0, end_ns = 0;
+  bool failed = false;  // the lake was left as it was
+};
+
+// Every callback runs under the allocator's lock, on the thread that made
+// the call (the worker's commits included), and must not call back into the
+// allocator.
 class Observer {
  public:
   virtual ~Observer() = default;
-  virtual void on_alloc(void* /*ptr*/, std::size_t /*bytes*/, void* /*stream*/, Rung) {}
-  virtual void on_free(void* /*ptr*/, std::size_t /*bytes*/, void* /*stream*/) {}
-  // A virtual range was mapped (a new pBlock, or a stitched sBlock).
-  virtual void on_map(std::uintptr_t /*va*/, std::size_t /*bytes*/, bool /*stitched*/) {}
-  virtual void on_unmap(std::uintptr_t /*va*/, std::size_t /*bytes*/) {}
+  virtual void on_alloc(const AllocEvent&) {}
+  virtual void on_free(const FreeEvent&) {}
+  virtual void on_map(const MapEvent&) {}
+  virtual void on_unmap(const MapEvent&) {}
+  virtual void on_chunk_created(std::size_t /*bytes*/) {}
+  virtual void on_chunk_released(std::size_t /*bytes*/) {}
+  // Cached ranges were unmapped and unused chunks released before a retry
+  // (or by empty_cache); `released` physical bytes went back.
+  virtual void on_reclaim(std::size_t /*released*/) {}
+  // `stream` waits, GPU-side, for the work queued on `source` before a
+  // fence of its frees (never a host wait).
+  virtual void on_stream_wait(void* /*stream*/, void* /*source*/) {}
+  virtual void on_worker_job(const WorkerJobEvent&) {}
   virtual void on_oom(std::size_t /*bytes*/, void* /*stream*/) {}
 };
 

@@ -65,10 +65,10 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
     : config_(validated(config)),
       backend_(wrap_counting(std::move(backend), &counting_)),
       recorder_(make_recorder(config_, observers_)),
-      pool_(*backend_, capacity_of(config_, *counting_), stats_),
+      pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_),
-      order_(*backend_, stats_),
-      worker_(mutex_, lake_, stats_, config_.worker) {}
+      order_(*backend_, stats_, observers_),
+      worker_(mutex_, lake_, stats_, observers_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
   worker_.stop();
@@ -98,7 +98,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
       throw;
     }
   }
-  return hand_out(p, bytes, stream);
+  return hand_out(p, bytes, stream, timed.elapsed());
 }
 
 lake::Placed AllocatorImpl::climb(const lake::Request& request) {
@@ -118,7 +118,8 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request) {
   return p;
 }
 
-void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream) {
+void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
+                              std::int64_t ns) {
   live_.emplace(placed.ptr, LiveBlock{placed.size, requested, stream, {}});
   ++stats_.allocs.current;
   ++rung_stat(stats_, placed.rung).current;
@@ -126,7 +127,9 @@ void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested,
   gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
   void* p = reinterpret_cast<void*>(placed.ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_alloc(p, requested, stream, placed.rung); });
+    observers_.each([&](Observer& o) {
+      o.on_alloc({p, requested, placed.size, stream, placed.rung, ns});
+    });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
   return p;
 }
@@ -161,7 +164,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   const StreamOrder::FreeTag tag = order_.free_on(stream, block.also_used_on);
   lake_.free(key, tag.fence, tag.others_wait);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_free(ptr, block.requested, stream); });
+    observers_.each([&](Observer& o) { o.on_free({ptr, block.requested, stream}); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
 }
 

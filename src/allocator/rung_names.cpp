@@ -1,4 +1,5 @@
-// Names of the ladder's rungs, as stats, observers, traces and tools print them.
+// Names of the ladder's rungs and of the worker's jobs, as stats, observers,
+// traces and tools print them.
 #include "memlake/observer.hpp"
 
 namespace memlake {
@@ -10,6 +11,18 @@ const char* rung_name(Rung r) {
     return #name;
     MEMLAKE_RUNGS(MEMLAKE_RUNG_NAME)
 #undef MEMLAKE_RUNG_NAME
+  }
+  return "unknown";
+}
+
+const char* worker_job_name(WorkerJobKind k) {
+  switch (k) {
+    case WorkerJobKind::consolidation:
+      return "consolidation";
+    case WorkerJobKind::reserve:
+      return "reserve";
+    case WorkerJobKind::eviction:
+      return "eviction";
   }
   return "unknown";
 }

@@ -23,6 +23,7 @@ class ScopedNanos {
  public:
   explicit ScopedNanos(StatValue& total) : total_(total), start_(now_ns()) {}
   ~ScopedNanos() { total_.current += now_ns() - start_; }
+  std::int64_t elapsed() const { return now_ns() - start_; }
   ScopedNanos(const ScopedNanos&) = delete;
   ScopedNanos& operator=(const ScopedNanos&) = delete;
 

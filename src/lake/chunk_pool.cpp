@@ -6,13 +6,13 @@
 #include <sstream>
 #include <string>
 
-#include "memlake/errors.hpp"
 #include "common/stat_update.hpp"
+#include "memlake/errors.hpp"
 
 namespace memlake::lake {
 
-ChunkPool::ChunkPool(Backend& backend, std::size_t capacity, Stats& stats)
-    : backend_(backend), capacity_(capacity), stats_(stats) {}
+ChunkPool::ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers)
+    : backend_(backend), capacity_(capacity), stats_(stats), observers_(observers) {}
 
 ChunkPool::~ChunkPool() {
   for (PhysicalChunk& c : chunks_)
@@ -81,6 +81,8 @@ ChunkId ChunkPool::adopt(ChunkHandle handle, std::size_t size) {
   gauge(stats_.reserved_bytes, static_cast<std::int64_t>(size));
   gauge(stats_.chunks, 1);
   ++stats_.chunks_created.current;
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_chunk_created(size); });
   notify_added(id);
   return id;
 }
@@ -100,6 +102,8 @@ void ChunkPool::release(ChunkId id) {
   gauge(stats_.reserved_bytes, -static_cast<std::int64_t>(c.size));
   gauge(stats_.chunks, -1);
   ++stats_.chunks_released.current;
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_chunk_released(c.size); });
   c = PhysicalChunk{};
   free_slots_.push_back(id);
   notify_removed(id);

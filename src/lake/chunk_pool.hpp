@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "common/observer_list.hpp"
 #include "lake/free_chunk_set.hpp"
 #include "lake/types.hpp"
 #include "memlake/stats.hpp"
@@ -50,7 +51,7 @@ class ChunkPool {
     virtual void chunk_changed(ChunkId id) = 0;  // taken or given back
   };
 
-  ChunkPool(Backend& backend, std::size_t capacity, Stats& stats);
+  ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers);
   ~ChunkPool();  // releases every chunk still in use
   ChunkPool(const ChunkPool&) = delete;
   ChunkPool& operator=(const ChunkPool&) = delete;
@@ -102,6 +103,7 @@ class ChunkPool {
   Backend& backend_;
   std::size_t capacity_;
   Stats& stats_;
+  ObserverList& observers_;
   std::vector<PhysicalChunk> chunks_;
   std::vector<ChunkId> free_slots_;
   FreeChunkSet free_;  // by size, then id

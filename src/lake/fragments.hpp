@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <set>
 
-#include "lake/types.hpp"
 #include "common/node_pool.hpp"
+#include "lake/types.hpp"
 
 namespace memlake::lake {
 

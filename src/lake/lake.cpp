@@ -88,6 +88,8 @@ std::size_t Lake::reclaim() {
     released += pool_.size(c);
     pool_.release(c);
   }
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_reclaim(released); });
   if (!clean)
     throw backend_error("memlake: reclaim could not return every mapping (" +
                         table_.last_failure() + "); the lake is consistent and retries later");

@@ -27,14 +27,14 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "common/node_pool.hpp"
+#include "common/observer_list.hpp"
 #include "lake/chunk_pool.hpp"
 #include "lake/fragments.hpp"
 #include "lake/segment_table.hpp"
 #include "lake/types.hpp"
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
-#include "common/node_pool.hpp"
-#include "common/observer_list.hpp"
 #include "stream/fence.hpp"
 
 namespace memlake::lake {

@@ -11,8 +11,8 @@
 #include <cassert>
 #include <vector>
 
-#include "lake/segment_table.hpp"
 #include "common/stat_update.hpp"
+#include "lake/segment_table.hpp"
 
 namespace memlake::lake {
 

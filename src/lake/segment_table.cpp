@@ -7,8 +7,8 @@
 #include <cassert>
 #include <string>
 
-#include "memlake/errors.hpp"
 #include "common/stat_update.hpp"
+#include "memlake/errors.hpp"
 
 namespace memlake::lake {
 
@@ -151,7 +151,7 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
   unpinned_by_age_.emplace(seg.last_used, id);
   if (seg.busy == 0) idle_insert(id);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_map(seg.va, seg.size, stitched); });
+    observers_.each([&](Observer& o) { o.on_map({seg.va, seg.size, stitched}); });
   return id;
 }
 
@@ -217,7 +217,7 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
   gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
   ++stats_.stitches.current;
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_map(base, total, true); });
+    observers_.each([&](Observer& o) { o.on_map({base, total, true}); });
   return true;
 }
 
@@ -245,7 +245,7 @@ Zombie SegmentTable::detach(SegmentId s) {
     std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{s, i});
   }
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_unmap(seg.va, seg.size); });
+    observers_.each([&](Observer& o) { o.on_unmap({seg.va, seg.size, seg.stitched}); });
   if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
   if (seg.reserve) std::erase(reserve_segments_, s);
   std::erase(consolidated_, s);

@@ -28,13 +28,13 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "common/node_pool.hpp"
+#include "common/observer_list.hpp"
 #include "lake/chunk_pool.hpp"
 #include "lake/run_index.hpp"
 #include "lake/slot_runs.hpp"
 #include "lake/types.hpp"
 #include "memlake/stats.hpp"
-#include "common/node_pool.hpp"
-#include "common/observer_list.hpp"
 #include "stream/fence.hpp"
 
 namespace memlake::lake {

@@ -8,7 +8,8 @@
 
 namespace memlake {
 
-StreamOrder::StreamOrder(Backend& backend, Stats& stats) : backend_(backend), stats_(stats) {}
+StreamOrder::StreamOrder(Backend& backend, Stats& stats, ObserverList& observers)
+    : backend_(backend), stats_(stats), observers_(observers) {}
 
 StreamOrder::~StreamOrder() {
   for (EventHandle e : all_events_) backend_.event_destroy(e);
@@ -47,10 +48,12 @@ bool StreamOrder::incomplete(EventHandle event, StreamHandle stream, std::uint64
   return true;
 }
 
-void StreamOrder::wait(StreamHandle stream, EventHandle event) {
+void StreamOrder::wait(StreamHandle stream, EventHandle event, StreamHandle source) {
   if (backend_.stream_wait_event(stream, event) != Status::ok)
     throw backend_error(std::string("memlake: stream_wait_event failed: ") + backend_.last_error());
   ++stats_.cross_stream_waits.current;
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) { o.on_stream_wait(stream, source); });
 }
 
 bool StreamOrder::admit(StreamHandle stream) {
@@ -62,7 +65,7 @@ bool StreamOrder::admit(StreamHandle stream) {
   record_open_fences();
   drop_completed_fences();
   for (Fence& f : fences_) {
-    wait(stream, f.event);
+    wait(stream, f.event, f.source);
     f.waited.push_back(stream);
   }
   streams_.insert(stream);
@@ -135,7 +138,7 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
     if (f.id > through || (f.source == stream && !f.source_gone) ||
         std::find(f.waited.begin(), f.waited.end(), stream) != f.waited.end())
       continue;
-    wait(stream, f.event);
+    wait(stream, f.event, f.source);
     f.waited.push_back(stream);
   }
 }

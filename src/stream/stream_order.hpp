@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "common/observer_list.hpp"
 #include "memlake/stats.hpp"
 #include "stream/fence.hpp"
 
@@ -37,7 +38,7 @@ inline constexpr std::size_t kFreesPerFence = 32;
 
 class StreamOrder {
  public:
-  StreamOrder(Backend& backend, Stats& stats);
+  StreamOrder(Backend& backend, Stats& stats, ObserverList& observers);
   ~StreamOrder();
   StreamOrder(const StreamOrder&) = delete;
   StreamOrder& operator=(const StreamOrder&) = delete;
@@ -109,8 +110,9 @@ class StreamOrder {
   // The event of record `seq` on `stream` has not completed (an error counts
   // as complete: its work can no longer be waited for).
   bool incomplete(EventHandle event, StreamHandle stream, std::uint64_t seq);
-  // A GPU-side wait of `stream` on `event`; throws backend_error on failure.
-  void wait(StreamHandle stream, EventHandle event);
+  // A GPU-side wait of `stream` on `event` of `source`; throws backend_error
+  // on failure.
+  void wait(StreamHandle stream, EventHandle event, StreamHandle source);
   std::size_t open_fence_of(StreamHandle stream) const;
   OpenFence& open_fence(StreamHandle stream);
   // Records open fence `i`, unless its stream is capturing; false then.
@@ -120,6 +122,7 @@ class StreamOrder {
 
   Backend& backend_;
   Stats& stats_;
+  ObserverList& observers_;
   std::unordered_set<StreamHandle> streams_;
   std::vector<EventHandle> event_pool_;
   std::vector<EventHandle> all_events_;

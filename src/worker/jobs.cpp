@@ -5,18 +5,21 @@
 #include <algorithm>
 #include <cassert>
 
+#include "common/timing.hpp"
+
 namespace memlake::worker {
 
 namespace {
 constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap enough
 }  // namespace
 
-Jobs::Jobs(lake::Lake& lake, Stats& stats)
+Jobs::Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers)
     : pool_(lake.pool()),
       table_(lake.segments()),
       demand_(lake.demand()),
       options_(lake.options()),
-      stats_(stats) {}
+      stats_(stats),
+      observers_(observers) {}
 
 // Consolidate only after a request had to stitch on the allocating thread,
 // and only when the largest free run is under half of the free chunks: on a
@@ -84,10 +87,14 @@ bool Jobs::plan(Job* job) {
     job->stitch = true;
   }
   table_.plan_evictions(&job->evictions, lake::kNone);
+  job->eviction_bytes = 0;
+  for (const lake::Zombie& z : job->evictions)
+    for (const auto& [va, bytes] : z.mapped) job->eviction_bytes += bytes;
   return job->stitch || !job->evictions.empty();
 }
 
 void Jobs::execute(Job& job) const {
+  job.start_ns = now_ns();
   Backend& backend = pool_.backend();
   if (job.stitch) {
     StitchPlan& plan = job.plan;
@@ -106,6 +113,24 @@ void Jobs::execute(Job& job) const {
       });
   }
   std::erase_if(job.evictions, [&](lake::Zombie& z) { return table_.retire(z, true); });
+  job.end_ns = now_ns();
+}
+
+void Jobs::report(const Job& job, bool failed) const {
+  if (MEMLAKE_LIKELY(observers_.empty())) return;
+  if (job.eviction_bytes != 0)
+    observers_.each([&](Observer& o) {
+      o.on_worker_job(
+          {WorkerJobKind::eviction, job.eviction_bytes, job.start_ns, job.end_ns, false});
+    });
+  if (!job.stitch) return;
+  std::size_t bytes = 0;
+  for (const auto& [handle, size] : job.plan.handles) bytes += size;
+  const WorkerJobKind kind =
+      job.plan.create_sizes.empty() ? WorkerJobKind::consolidation : WorkerJobKind::reserve;
+  observers_.each([&](Observer& o) {
+    o.on_worker_job({kind, bytes, job.start_ns, job.end_ns, failed});
+  });
 }
 
 // Registers the range (or, if mapping failed, leaves the lake as it was),
@@ -113,7 +138,10 @@ void Jobs::execute(Job& job) const {
 void Jobs::commit(Job& job) {
   for (lake::Zombie& z : job.evictions) table_.keep(std::move(z));
   job.evictions.clear();
-  if (!job.stitch) return;
+  if (!job.stitch) {
+    report(job, false);
+    return;
+  }
   StitchPlan& plan = job.plan;
   for (lake::ChunkId c : plan.ids) {
     assert(pool_[c].pins > 0);
@@ -132,8 +160,10 @@ void Jobs::commit(Job& job) {
   }
   if (plan.status != Status::ok) {
     ++stats_.worker_failures.current;
+    report(job, true);
     return;
   }
+  report(job, false);
   const lake::SegmentId s = table_.register_segment(std::move(plan.ids), std::move(plan.range),
                                                     /*stitched=*/!reserve);
   if (reserve) {

@@ -37,11 +37,13 @@ struct Job {
   bool stitch = false;
   StitchPlan plan;
   std::vector<lake::Zombie> evictions;  // detached ranges to unmap
+  std::size_t eviction_bytes = 0;
+  std::int64_t start_ns = 0, end_ns = 0;  // when execute() ran
 };
 
 class Jobs {
  public:
-  Jobs(lake::Lake& lake, Stats& stats);
+  Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers);
 
   // Free memory is scattered after a request had to stitch, the reserve is
   // short, or more is mapped than the budget allows. Catches the segments up.
@@ -56,12 +58,14 @@ class Jobs {
   std::size_t consolidation_bytes() const;
   void plan_consolidation(StitchPlan* plan);
   void plan_reserve(StitchPlan* plan);
+  void report(const Job& job, bool failed) const;
 
   lake::ChunkPool& pool_;
   lake::SegmentTable& table_;
   lake::Demand& demand_;
   const lake::LakeOptions& options_;
   Stats& stats_;
+  ObserverList& observers_;
 };
 
 }  // namespace memlake::worker

@@ -6,8 +6,8 @@
 namespace memlake {
 
 MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats,
-                             WorkerMode mode)
-    : lock_(allocator_lock), jobs_(lake, stats), mode_(mode) {
+                             ObserverList& observers, WorkerMode mode)
+    : lock_(allocator_lock), jobs_(lake, stats, observers), mode_(mode) {
   if (mode_ == WorkerMode::thread) thread_ = std::thread([this] { loop(); });
 }
 

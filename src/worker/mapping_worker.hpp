@@ -22,7 +22,8 @@ namespace memlake {
 
 class MappingWorker {
  public:
-  MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats, WorkerMode mode);
+  MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats, ObserverList& observers,
+                WorkerMode mode);
   ~MappingWorker();
   MappingWorker(const MappingWorker&) = delete;
   MappingWorker& operator=(const MappingWorker&) = delete;

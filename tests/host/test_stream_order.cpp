@@ -257,6 +257,29 @@ TEST(StreamOrder, OneEventQueryPerStreamBehind) {
   a->destroy_stream(s);
 }
 
+// Observers hear each GPU-side wait: which stream waited on which.
+TEST(StreamOrder, ObserversHearWhichStreamWaitedOnWhich) {
+  struct Waits final : Observer {
+    std::vector<std::pair<void*, void*>> seen;
+    void on_stream_wait(void* stream, void* source) override { seen.emplace_back(stream, source); }
+  } waits;
+  auto a = make();
+  TwoStreamsInUse streams(*a);
+  a->add_observer(&waits);
+  char* p = static_cast<char*>(a->allocate(16 * MiB, streams.sa));
+  GatedWrite job;
+  ASSERT_TRUE(start_gated_write(*a, job, p, 16 * MiB, 0x5A, streams.sa));
+  a->deallocate(p, 16 * MiB, streams.sa);
+  void* q = a->allocate(8 * MiB, streams.sb);
+  ASSERT_EQ(waits.seen.size(), 1u);
+  EXPECT_EQ(waits.seen[0].first, streams.sb);
+  EXPECT_EQ(waits.seen[0].second, streams.sa);
+  job.open = true;
+  a->backend().stream_synchronize(streams.sa);
+  a->deallocate(q, 8 * MiB, streams.sb);
+  a->remove_observer(&waits);
+}
+
 TEST(StreamOrder, UnknownStreamIsMisuse) {
   auto a = make();
   int not_a_stream = 0;

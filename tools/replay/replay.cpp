@@ -65,7 +65,7 @@ class ProgressBar {
 // attributed to the rung of the ladder that served it.
 class PathRecorder final : public Observer {
  public:
-  void on_alloc(void*, std::size_t, void*, Rung rung) override { last = rung; }
+  void on_alloc(const AllocEvent& e) override { last = e.rung; }
   Rung last = Rung::fragment;
 };
 
