@@ -30,9 +30,9 @@
 #define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #endif
 
+#include <cuda_runtime_api.h>
 #include <cuda/memory_resource>
 #include <cuda/stream_ref>
-#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdio>
