@@ -206,60 +206,6 @@ int memlake_empty_cache(int device) {
   });
 }
 
-int memlake_get_stats(int device, memlake_stats* out) {
-  return guarded(-1, [&] {
-    check_open();
-    check_device("memlake_get_stats", device);
-    if (out == nullptr) throw misuse("memlake_get_stats: out is NULL");
-    if (out->version != MEMLAKE_STATS_VERSION) {
-      throw misuse("memlake_get_stats: stats version " + std::to_string(out->version) +
-                   " is not supported (this library has version " +
-                   std::to_string(MEMLAKE_STATS_VERSION) + ")");
-    }
-    if (out->size < sizeof(memlake_stats)) {
-      throw misuse("memlake_get_stats: size " + std::to_string(out->size) +
-                   " is smaller than memlake_stats version " +
-                   std::to_string(MEMLAKE_STATS_VERSION) + " (" +
-                   std::to_string(sizeof(memlake_stats)) + " bytes)");
-    }
-    const Stats s = device_stats(device);
-    out->live_bytes = s.live_bytes.current;
-    out->peak_live_bytes = s.live_bytes.peak;
-    out->reserved_bytes = s.reserved_bytes.current;
-    out->peak_reserved_bytes = s.reserved_bytes.peak;
-    out->mapped_bytes = s.mapped_bytes.current;
-    out->stitched_bytes = s.stitched_bytes.current;
-    out->chunks = s.chunks.current;
-    out->chunks_created = s.chunks_created.current;
-    out->chunks_released = s.chunks_released.current;
-    out->allocs = s.allocs.current;
-    out->frees = s.frees.current;
-    out->rung_remembered = s.rung_remembered.current;
-    out->rung_fragment = s.rung_fragment.current;
-    out->rung_idle_segment = s.rung_idle_segment.current;
-    out->rung_continuation = s.rung_continuation.current;
-    out->rung_run_between_pieces = s.rung_run_between_pieces.current;
-    out->rung_free_run = s.rung_free_run.current;
-    out->rung_extend = s.rung_extend.current;
-    out->rung_grow = s.rung_grow.current;
-    out->rung_borrowed_ends = s.rung_borrowed_ends.current;
-    out->rung_stitch = s.rung_stitch.current;
-    out->rung_reserve = s.rung_reserve.current;
-    out->rung_new_memory = s.rung_new_memory.current;
-    out->rung_reclaim_retry = s.rung_reclaim_retry.current;
-    out->ooms = s.ooms.current;
-    out->stitches = s.stitches.current;
-    out->evictions = s.evictions.current;
-    out->vmm_calls = s.vmm_calls.current;
-    out->critical_path_vmm_calls = s.critical_path_vmm_calls.current;
-    out->worker_vmm_calls = s.worker_vmm_calls.current;
-    out->host_waits = s.host_waits.current;
-    out->cross_stream_waits = s.cross_stream_waits.current;
-    out->misuse_errors = s.misuse_errors.current;
-    return 0;
-  });
-}
-
 int memlake_get_stats_json(int device, char* buf, size_t len) {
   return guarded(-1, [&] {
     check_open();

@@ -1,18 +1,26 @@
-/* memlake C API. memlake_malloc/memlake_free have exactly the signatures that
- * PyTorch's CUDAPluggableAllocator loads:
+/* memlake C API: one allocator per device, created on first use and
+ * configured from MEMLAKE_CONF / MEMLAKE_<KEY>.
  *
- *   torch.cuda.memory.CUDAPluggableAllocator("libmemlake.so",
- *                                            "memlake_malloc", "memlake_free")
+ *   void* p = memlake_malloc(64 << 20, 0, stream);
+ *   if (p == NULL) { fprintf(stderr, "%s\n", memlake_last_error()); ... }
+ *   memlake_free(p, 64 << 20, 0, stream);
  *
- * One allocator per device is created on first use, configured from
- * MEMLAKE_CONF / MEMLAKE_<KEY>. Errors: memlake_malloc returns NULL and
- * memlake_last_error() says why (per thread); with on_misuse:abort, misuse
- * prints a report and aborts instead. */
+ * Errors: memlake_malloc returns NULL and memlake_last_error() says why (per
+ * thread); with on_misuse:abort, misuse prints a report and aborts instead.
+ *
+ * PyTorch: memlake_malloc/memlake_free have the signatures of
+ * CUDAPluggableAllocator, but PyTorch does not check the pointer it gets
+ * back, so a NULL (out of memory) would crash later instead of raising. Use
+ * memlake.torch.enable() (python/), which plugs in the functions of
+ * memlake/torch_hooks.h: they raise memlake's error as a Python
+ * RuntimeError. */
 #ifndef MEMLAKE_MEMLAKE_H_
 #define MEMLAKE_MEMLAKE_H_
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "memlake/stat_fields.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,22 +32,45 @@ void memlake_free(void* ptr, size_t size, int device, void* stream);
 int memlake_record_stream(void* ptr, int device, void* stream);
 int memlake_empty_cache(int device);
 
-#define MEMLAKE_STATS_VERSION 2
+/* One statistic: gauges have a current value and the highest it reached
+ * since the last reset; counters only grow (peak == current). */
+typedef struct memlake_stat_value {
+  int64_t current;
+  int64_t peak;
+} memlake_stat_value;
+
+/* Every statistic of MEMLAKE_STAT_FIELDS (memlake/stat_fields.h), in its
+ * order: s.live_bytes.current, s.reserved_bytes.peak, s.allocs.current, ...
+ * The version changes whenever the list does. */
+#define MEMLAKE_STATS_VERSION 3
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
-  int64_t live_bytes, peak_live_bytes;
-  int64_t reserved_bytes, peak_reserved_bytes;
-  int64_t mapped_bytes, stitched_bytes;
-  int64_t chunks, chunks_created, chunks_released;
-  int64_t allocs, frees;
-  int64_t rung_remembered, rung_fragment, rung_idle_segment, rung_continuation;
-  int64_t rung_run_between_pieces, rung_free_run, rung_extend, rung_grow, rung_borrowed_ends;
-  int64_t rung_stitch, rung_reserve, rung_new_memory, rung_reclaim_retry;
-  int64_t ooms, stitches, evictions;
-  int64_t vmm_calls, critical_path_vmm_calls, worker_vmm_calls;
-  int64_t host_waits, cross_stream_waits, misuse_errors;
+#define MEMLAKE_C_STAT_MEMBER_(name, kind, help) memlake_stat_value name;
+  MEMLAKE_STAT_FIELDS(MEMLAKE_C_STAT_MEMBER_)
+#undef MEMLAKE_C_STAT_MEMBER_
 } memlake_stats;
+
+/* The index of each statistic in MEMLAKE_STAT_FIELDS order:
+ * MEMLAKE_STAT_live_bytes, ..., and MEMLAKE_STAT_COUNT, their number. */
+/* clang-format off */
+enum memlake_stat_index {
+#define MEMLAKE_C_STAT_INDEX_(name, kind, help) MEMLAKE_STAT_##name,
+  MEMLAKE_STAT_FIELDS(MEMLAKE_C_STAT_INDEX_)
+#undef MEMLAKE_C_STAT_INDEX_
+  MEMLAKE_STAT_COUNT
+};
+/* clang-format on */
+
+/* Name, kind ("gauge" or "counter") and one-line help of statistic `index`
+ * (0 <= index < MEMLAKE_STAT_COUNT); NULL for any other index. What a
+ * program built against another version of this header reads to know the
+ * library's list. */
+const char* memlake_stat_name(int index);
+const char* memlake_stat_kind(int index);
+const char* memlake_stat_help(int index);
+/* The number of statistics this library keeps. */
+int memlake_stat_count(void);
 
 /* Fills *out; 0 on success, -1 if the version or size is not supported. */
 int memlake_get_stats(int device, memlake_stats* out);

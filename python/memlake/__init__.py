@@ -1,11 +1,18 @@
 """memlake: a GPU memory allocator that stitches scattered free memory into
 contiguous blocks with CUDA's virtual memory API.
 
+With PyTorch, one call (or none: see memlake-run and MEMLAKE_ENABLE)::
+
     import memlake.torch
     memlake.torch.enable()          # before the first CUDA tensor
 
-Without PyTorch, the functions here read the stats of the allocators that
-libmemlake.so's C API created in this process.
+Without PyTorch, the functions here use libmemlake.so's C API: one allocator
+per device, created on its first allocation from MEMLAKE_CONF::
+
+    p = memlake.allocate(64 << 20, device=0, stream=0)   # an address (int)
+    ...
+    memlake.free(p, 64 << 20, device=0, stream=0)
+    memlake.stats(0)["reserved_bytes"]["peak"]
 """
 
 import ctypes as _ctypes
@@ -13,26 +20,118 @@ import json as _json
 
 from . import _native
 
-__all__ = ["check_config", "empty_cache", "library_path", "reset_peak_stats", "stats"]
+__all__ = [
+    "allocate", "check_config", "empty_cache", "free", "library_path", "record_stream",
+    "reset_peak_stats", "stat_fields", "stats",
+]
+
+_MAX_DEVICES = 64
 
 
 def library_path():
-    """Path of the libmemlake.so in use (MEMLAKE_LIBRARY, next to the package, or build/)."""
+    """Path of the libmemlake.so in use (MEMLAKE_LIBRARY, inside the package, or build/)."""
     return str(_native.path())
+
+
+def _check_int(function, name, value, low=0, high=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("memlake.%s: %s must be an int, not %s" % (function, name,
+                                                                  type(value).__name__))
+    if value < low or (high is not None and value > high):
+        bounds = "%d to %d" % (low, high) if high is not None else ">= %d" % low
+        raise ValueError("memlake.%s: %s %d is out of range (%s)" % (function, name, value,
+                                                                   bounds))
+    return value
+
+
+def _device(function, device):
+    return _check_int(function, "device", device, 0, _MAX_DEVICES - 1)
+
+
+def _stream(function, stream):
+    """A stream as the C API takes it: cudaStream_t as an int (0 or None: default stream)."""
+    if stream is None:
+        return None
+    _check_int(function, "stream", stream)
+    return stream or None
 
 
 def check_config(conf=None):
     """Raises ValueError naming the bad key or value of `conf` ("key:value,...",
     as in MEMLAKE_CONF); with None, checks the environment."""
+    if conf is not None and not isinstance(conf, str):
+        raise TypeError("memlake.check_config: conf must be a str (\"key:value,...\") or None, "
+                        "not %s" % type(conf).__name__)
     raw = None if conf is None else conf.encode()
     if _native.load().memlake_config_check(raw) != 0:
         raise ValueError(_native.last_error())
 
 
+def allocate(nbytes, device=0, stream=0):
+    """Allocates `nbytes` from the device's memlake allocator, in the order of
+    `stream` (a cudaStream_t as an int; 0 is the default stream) and returns
+    the address as an int. The block is usable on `stream` at once; another
+    stream that uses it needs record_stream() before free().
+
+    Raises MemoryError with memlake's report (requested, live, reserved,
+    largest free block, capacity) when the request cannot be served,
+    ValueError/TypeError for bad arguments, RuntimeError for other failures.
+    """
+    _check_int("allocate", "nbytes", nbytes)
+    device = _device("allocate", device)
+    stream = _stream("allocate", stream)
+    lib = _native.load()
+    p = lib.memlake_malloc(nbytes, device, stream)
+    if p is None:
+        error = _native.last_error()
+        if "out of memory" in error:
+            raise MemoryError(error)
+        raise RuntimeError(error)
+    return p
+
+
+def free(ptr, nbytes=0, device=0, stream=0):
+    """Frees a block of allocate(), in the order of `stream`: work queued on
+    `stream` before this call may still use it. `nbytes` is the size given to
+    allocate(), or 0 to skip that check. Raises ValueError for a pointer this
+    device's allocator did not hand out (nothing changes then)."""
+    _check_int("free", "ptr", ptr, 1)
+    _check_int("free", "nbytes", nbytes)
+    device = _device("free", device)
+    stream = _stream("free", stream)
+    lib = _native.load()
+    lib.memlake_free(ptr, nbytes, device, stream)
+    error = _native.last_error()
+    if error:
+        raise ValueError(error)
+
+
+def record_stream(ptr, stream, device=0):
+    """The block is also used on `stream`: its memory is reused elsewhere only
+    after the work queued on `stream` up to its free() has completed."""
+    _check_int("record_stream", "ptr", ptr, 1)
+    device = _device("record_stream", device)
+    stream = _stream("record_stream", stream)
+    if _native.load().memlake_record_stream(ptr, device, stream) != 0:
+        raise ValueError(_native.last_error())
+
+
+def stat_fields():
+    """The library's statistics in order, as (name, kind, help) tuples; kind
+    is "gauge" (a current value and a peak) or "counter"."""
+    lib = _native.load()
+    out = []
+    for i in range(lib.memlake_stat_count()):
+        out.append((lib.memlake_stat_name(i).decode(), lib.memlake_stat_kind(i).decode(),
+                    lib.memlake_stat_help(i).decode()))
+    return out
+
+
 def stats(device=0):
     """Every statistic of the device's allocator as a dict (gauges as
     {"current": .., "peak": ..}, counters as ints); zeros before its first
-    allocation."""
+    allocation. stat_fields() says what each one means."""
+    device = _device("stats", device)
     lib = _native.load()
     need = lib.memlake_get_stats_json(device, None, 0)
     if need < 0:
@@ -46,13 +145,15 @@ def stats(device=0):
 def empty_cache(device=None):
     """Returns cached memory of one device (or of every device) to the driver."""
     lib = _native.load()
-    devices = range(64) if device is None else [device]
+    devices = range(_MAX_DEVICES) if device is None else [_device("empty_cache", device)]
     for d in devices:
         if lib.memlake_empty_cache(d) != 0:
             raise ValueError(_native.last_error())
 
 
 def reset_peak_stats(device=0):
+    """Sets every peak of the device's statistics to its current value."""
+    device = _device("reset_peak_stats", device)
     lib = _native.load()
     lib.memlake_reset_peak_stats(device)
     error = _native.last_error()

@@ -1,4 +1,10 @@
-"""Loads libmemlake.so and declares the C functions the package calls."""
+"""Loads libmemlake.so and declares the C functions the package calls.
+
+Where the library comes from, in order: MEMLAKE_LIBRARY if it is set (an
+error naming the path if nothing loads from there: no other place is tried),
+else the libmemlake.so installed inside this package (pip install), else the
+build/ folder of the source tree this package sits in.
+"""
 
 import ctypes
 import os
@@ -7,36 +13,50 @@ from pathlib import Path
 _lib = None
 _path = None
 
+_HERE = Path(__file__).resolve().parent
+
 
 def candidates():
     """Where the library is looked for, in order."""
-    places = []
     if os.environ.get("MEMLAKE_LIBRARY"):
-        places.append(Path(os.environ["MEMLAKE_LIBRARY"]))
-    here = Path(__file__).resolve().parent
-    places.append(here / "libmemlake.so")  # installed next to the package
-    places.append(here.parent.parent / "build" / "libmemlake.so")  # a source tree's build
+        return [Path(os.environ["MEMLAKE_LIBRARY"])]
+    places = [_HERE / "libmemlake.so"]  # installed inside the package
+    source_root = _HERE.parent.parent
+    if (source_root / "CMakeLists.txt").is_file():  # python/memlake in a source tree
+        places.append(source_root / "build" / "libmemlake.so")
     return places
 
 
 def _declare(lib):
     c = ctypes
-    lib.memlake_malloc.restype = c.c_void_p
-    lib.memlake_malloc.argtypes = [c.c_size_t, c.c_int, c.c_void_p]
-    lib.memlake_free.restype = None
-    lib.memlake_free.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]
-    lib.memlake_empty_cache.restype = c.c_int
-    lib.memlake_empty_cache.argtypes = [c.c_int]
-    lib.memlake_get_stats_json.restype = c.c_int
-    lib.memlake_get_stats_json.argtypes = [c.c_int, c.c_char_p, c.c_size_t]
-    lib.memlake_reset_peak_stats.restype = None
-    lib.memlake_reset_peak_stats.argtypes = [c.c_int]
-    lib.memlake_last_error.restype = c.c_char_p
-    lib.memlake_last_error.argtypes = []
-    lib.memlake_config_check.restype = c.c_int
-    lib.memlake_config_check.argtypes = [c.c_char_p]
-    lib.memlake_options_print.restype = None
-    lib.memlake_options_print.argtypes = []
+    signatures = {
+        "memlake_malloc": (c.c_void_p, [c.c_size_t, c.c_int, c.c_void_p]),
+        "memlake_free": (None, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]),
+        "memlake_record_stream": (c.c_int, [c.c_void_p, c.c_int, c.c_void_p]),
+        "memlake_empty_cache": (c.c_int, [c.c_int]),
+        "memlake_get_stats_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "memlake_reset_peak_stats": (None, [c.c_int]),
+        "memlake_stat_count": (c.c_int, []),
+        "memlake_stat_name": (c.c_char_p, [c.c_int]),
+        "memlake_stat_kind": (c.c_char_p, [c.c_int]),
+        "memlake_stat_help": (c.c_char_p, [c.c_int]),
+        "memlake_last_error": (c.c_char_p, []),
+        "memlake_config_check": (c.c_int, [c.c_char_p]),
+        "memlake_options_print": (None, []),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+
+
+def _open(place, named_by):
+    try:
+        lib = ctypes.CDLL(str(place), mode=ctypes.RTLD_GLOBAL)
+        _declare(lib)
+    except (OSError, AttributeError) as e:
+        raise OSError("memlake: cannot load %s (%s): %s" % (place, named_by, e)) from None
+    return lib
 
 
 def load(library=None):
@@ -47,16 +67,24 @@ def load(library=None):
             raise RuntimeError(
                 "memlake: %s is loaded already; cannot load %s as well" % (_path, library))
         return _lib
-    places = [Path(library)] if library is not None else candidates()
+    if library is not None:
+        places, named_by = [Path(library)], "the library argument"
+    elif os.environ.get("MEMLAKE_LIBRARY"):
+        places, named_by = candidates(), "MEMLAKE_LIBRARY"
+    else:
+        places, named_by = candidates(), None
     for place in places:
         if place.is_file():
-            lib = ctypes.CDLL(str(place), mode=ctypes.RTLD_GLOBAL)
-            _declare(lib)
+            lib = _open(place, named_by or "found at %s" % place.parent)
             _lib, _path = lib, place.resolve()
             return lib
+    if named_by is not None:
+        raise FileNotFoundError(
+            "memlake: %s names %s, which does not exist" % (named_by, places[0]))
     raise FileNotFoundError(
-        "memlake: libmemlake.so not found; looked at %s (build it with cmake, or set "
-        "MEMLAKE_LIBRARY to its path)" % ", ".join(str(p) for p in places))
+        "memlake: libmemlake.so not found; looked at %s (install the package with pip, "
+        "build it with cmake, or set MEMLAKE_LIBRARY to its path)"
+        % ", ".join(str(p) for p in places))
 
 
 def path():

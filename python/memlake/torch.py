@@ -14,20 +14,32 @@ memlake's out-of-memory report (requested, live, reserved, largest free
 block, capacity), and the allocator stays usable.
 
 PyTorch's own memory statistics (torch.cuda.memory_reserved() and the like)
-do not cover pluggable allocators: the functions here give memlake's.
+do not cover pluggable allocators: the functions here give memlake's, under
+the same names, and memory_stats() under PyTorch's keys (memlake/torch_stats.py
+says which key comes from which statistic).
+
+To switch a program without editing it: `memlake-run train.py args`, or
+MEMLAKE_ENABLE=1 in its environment (memlake/_startup.py).
 """
 
 import os
 
-import torch
+try:
+    import torch
+except ImportError as _e:
+    raise ImportError(
+        "memlake.torch needs PyTorch (import torch failed: %s); memlake's own functions "
+        "(memlake.allocate, memlake.free, memlake.stats) work without it" % _e) from _e
 
 from . import _native
 from . import check_config
 from . import stats as _stats
+from .torch_stats import memory_stats_from, memory_summary_from
 
 __all__ = [
     "enable", "is_enabled", "memory_allocated", "max_memory_allocated", "memory_reserved",
-    "max_memory_reserved", "reset_peak_memory_stats", "stats",
+    "max_memory_reserved", "memory_stats", "memory_summary", "reset_peak_memory_stats",
+    "stats",
 ]
 
 _allocator = None
@@ -101,14 +113,30 @@ def max_memory_reserved(device=None):
 
 
 def memory_allocated(device=None):
-    """Bytes of live tensors as requested (like torch.cuda.memory_allocated)."""
-    return stats(device)["requested_bytes"]["current"]
+    """Bytes of live tensors, each rounded to 512 bytes as PyTorch rounds them
+    (like torch.cuda.memory_allocated); the bytes as requested are
+    memory_stats()["requested_bytes.all.current"]."""
+    return stats(device)["live_bytes"]["current"]
 
 
 def max_memory_allocated(device=None):
-    return stats(device)["requested_bytes"]["peak"]
+    return stats(device)["live_bytes"]["peak"]
+
+
+def memory_stats(device=None):
+    """memlake's statistics under torch.cuda.memory_stats()'s keys
+    ("allocated_bytes.all.current", "reserved_bytes.all.peak", "num_ooms", ...)
+    plus every statistic of memlake as "memlake.<name>"."""
+    return memory_stats_from(stats(device))
+
+
+def memory_summary(device=None):
+    """A text table of the device's memory, like torch.cuda.memory_summary()."""
+    index = _device_index(device)
+    return memory_summary_from(_stats(index), index)
 
 
 def reset_peak_memory_stats(device=None):
+    """Sets every peak of the device's statistics to its current value."""
     from . import reset_peak_stats
     reset_peak_stats(_device_index(device))

@@ -1,39 +1,79 @@
-"""The memlake Python package without PyTorch or a GPU: library discovery,
-configuration checks, and stats of the C API's allocators over the host
-backend (MEMLAKE_CONF=backend:host, set by the test before anything loads)."""
+"""The memlake Python package without PyTorch or a GPU: where the library
+comes from, configuration checks, and memlake.allocate/free and the stats of
+the C API's allocators over the host backend (MEMLAKE_CONF=backend:host, set
+before anything loads). With MEMLAKE_TEST_INSTALLED=1 it also checks that
+the package under test is an installed one that carries its library."""
 
 import ctypes
 import os
+import subprocess
 import sys
+import textwrap
 import unittest
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["MEMLAKE_CONF"] = "backend:host,capacity:256M"
 
+import support  # noqa: E402
 import memlake  # noqa: E402
 from memlake import _native  # noqa: E402
 
 MiB = 1 << 20
+INSTALLED = os.environ.get("MEMLAKE_TEST_INSTALLED") == "1"
 
 
-class Package(unittest.TestCase):
+def run_python(code, **variables):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=support.child_env(**variables), timeout=120)
+
+
+class Library(unittest.TestCase):
     def test_library_is_found(self):
         path = memlake.library_path()
         self.assertTrue(path.endswith("libmemlake.so"), path)
         self.assertTrue(Path(path).is_file())
 
-    def test_a_missing_library_is_a_clear_error(self):
+    @unittest.skipUnless(INSTALLED, "checks an installed package (MEMLAKE_TEST_INSTALLED=1)")
+    def test_installed_package_carries_its_library(self):
+        package_dir = Path(memlake.__file__).resolve().parent
+        self.assertNotIn("MEMLAKE_LIBRARY", os.environ)
+        self.assertEqual(Path(memlake.library_path()).parent, package_dir)
+        self.assertEqual(package_dir.parent.name, "site-packages")
+        script = Path(sys.executable).parent / "memlake-run"
+        self.assertTrue(script.is_file(), script)
+        hook = package_dir.parent / "memlake.pth"
+        self.assertTrue(hook.is_file(), hook)
+
+    def test_a_missing_library_argument_is_a_clear_error(self):
         saved = _native._lib, _native._path
         _native._lib = None
         try:
             with self.assertRaises(FileNotFoundError) as e:
                 _native.load("/nonexistent/libmemlake.so")
             self.assertIn("/nonexistent/libmemlake.so", str(e.exception))
-            self.assertIn("MEMLAKE_LIBRARY", str(e.exception))
         finally:
             _native._lib, _native._path = saved
 
+    def test_a_wrong_memlake_library_is_an_error_naming_it(self):
+        # No other place is tried, although the package's library exists.
+        r = run_python("""
+            import memlake
+            memlake.stats(0)
+        """, MEMLAKE_LIBRARY="/nonexistent/dir/libmemlake.so")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("FileNotFoundError", r.stderr)
+        self.assertIn("MEMLAKE_LIBRARY names /nonexistent/dir/libmemlake.so", r.stderr)
+
+    def test_a_memlake_library_that_is_not_a_library_is_an_error_naming_it(self):
+        r = run_python("""
+            import memlake
+            memlake.stats(0)
+        """, MEMLAKE_LIBRARY=__file__)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("OSError: memlake: cannot load %s (MEMLAKE_LIBRARY)" % __file__, r.stderr)
+
+
+class Config(unittest.TestCase):
     def test_check_config_names_the_bad_key(self):
         memlake.check_config("backend:host,capacity:1G")
         with self.assertRaises(ValueError) as e:
@@ -44,40 +84,96 @@ class Package(unittest.TestCase):
         self.assertIn("capacity", str(e.exception))
         memlake.check_config()  # the environment set above
 
-    def test_stats_follow_allocations(self):
-        lib = _native.load()
+    def test_check_config_of_a_non_string_is_a_type_error(self):
+        for bad in (42, b"capacity:1G", ["capacity:1G"]):
+            with self.assertRaises(TypeError) as e:
+                memlake.check_config(bad)
+            self.assertIn("conf must be a str", str(e.exception))
+            self.assertIn(type(bad).__name__, str(e.exception))
+
+
+class AllocateAndFree(unittest.TestCase):
+    def test_blocks_read_back_and_stats_follow(self):
         device = 5
         self.assertEqual(memlake.stats(device)["reserved_bytes"]["current"], 0)
-        p = lib.memlake_malloc(3 * MiB, device, None)
-        self.assertIsNotNone(p, _native.last_error())
-        ctypes.memset(p, 0x5A, 3 * MiB)  # host backend memory is the process's own
-        self.assertEqual(ctypes.string_at(p + 3 * MiB - 4, 4), b"\x5a" * 4)
+        sizes = [3 * MiB, 1000, 17 * MiB + 5]
+        blocks = [memlake.allocate(n, device=device) for n in sizes]
+        for i, (p, n) in enumerate(zip(blocks, sizes)):
+            ctypes.memset(p, 0x40 + i, n)  # host backend memory is the process's own
+        for i, (p, n) in enumerate(zip(blocks, sizes)):
+            self.assertEqual(ctypes.string_at(p, n), bytes([0x40 + i]) * n, i)
         s = memlake.stats(device)
-        self.assertEqual(s["requested_bytes"]["current"], 3 * MiB)
-        self.assertGreaterEqual(s["reserved_bytes"]["current"], 3 * MiB)
-        self.assertEqual(s["allocs"], 1)
-        lib.memlake_free(p, 3 * MiB, device, None)
-        self.assertEqual(_native.last_error(), "")
+        self.assertEqual(s["requested_bytes"]["current"], sum(sizes))
+        self.assertGreaterEqual(s["reserved_bytes"]["current"], sum(sizes))
+        self.assertEqual(s["allocs"], 3)
+        for p, n in zip(blocks, sizes):
+            memlake.free(p, n, device=device)
+        s = memlake.stats(device)
+        self.assertEqual(s["requested_bytes"]["current"], 0)
+        self.assertEqual(s["requested_bytes"]["peak"], sum(sizes))
+        self.assertEqual(s["frees"], 3)
         memlake.empty_cache(device)
-        s = memlake.stats(device)
-        self.assertEqual(s["reserved_bytes"]["current"], 0)
+        self.assertEqual(memlake.stats(device)["reserved_bytes"]["current"], 0)
         memlake.reset_peak_stats(device)
         self.assertEqual(memlake.stats(device)["reserved_bytes"]["peak"], 0)
 
-    def test_out_of_memory_returns_null_with_the_report(self):
-        lib = _native.load()
-        p = lib.memlake_malloc(1 << 30, 6, None)  # capacity is 256 MiB
-        self.assertIsNone(p)
-        self.assertIn("out of memory", _native.last_error())
-        q = lib.memlake_malloc(MiB, 6, None)
-        self.assertIsNotNone(q, _native.last_error())
-        lib.memlake_free(q, MiB, 6, None)
+    def test_out_of_memory_is_a_memory_error_with_the_report(self):
+        with self.assertRaises(MemoryError) as e:
+            memlake.allocate(1 << 30, device=6)  # capacity is 256 MiB
+        self.assertIn("out of memory", str(e.exception))
+        self.assertIn("capacity", str(e.exception))
+        p = memlake.allocate(MiB, device=6)
+        memlake.free(p, MiB, device=6)
 
-    def test_bad_device_is_a_value_error(self):
+    def test_a_bad_free_is_a_value_error_and_changes_nothing(self):
+        p = memlake.allocate(MiB, device=7)
+        before = memlake.stats(7)
+        with self.assertRaises(ValueError) as e:
+            memlake.free(p + 512, MiB, device=7)
+        self.assertIn("interior pointer", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            memlake.free(p, 2 * MiB, device=7)  # wrong size
+        after = memlake.stats(7)
+        self.assertEqual(after["frees"], before["frees"])
+        self.assertEqual(after["misuse_errors"], before["misuse_errors"] + 2)
+        memlake.free(p, MiB, device=7)
+        with self.assertRaises(ValueError):
+            memlake.free(p, MiB, device=7)  # twice
+
+    def test_record_stream_of_an_unknown_pointer_is_a_value_error(self):
+        with self.assertRaises(ValueError):
+            memlake.record_stream(0x1000, 0, device=7)
+
+    def test_bad_arguments_are_type_and_value_errors(self):
+        with self.assertRaises(ValueError) as e:
+            memlake.allocate(MiB, device=64)
+        self.assertIn("device 64 is out of range (0 to 63)", str(e.exception))
+        with self.assertRaises(ValueError):
+            memlake.allocate(-1)
+        with self.assertRaises(TypeError):
+            memlake.allocate(1.5)
+        with self.assertRaises(TypeError):
+            memlake.allocate(MiB, device="cuda:0")
+        with self.assertRaises(TypeError):
+            memlake.free(None, MiB)
         with self.assertRaises(ValueError) as e:
             memlake.stats(64)
-        self.assertIn("bad device 64", str(e.exception))
+        self.assertIn("device 64", str(e.exception))
+
+
+class StatFields(unittest.TestCase):
+    def test_fields_come_from_the_library_and_match_the_stats(self):
+        fields = memlake.stat_fields()
+        names = [name for name, _, _ in fields]
+        self.assertIn("requested_bytes", names)
+        self.assertEqual(len(names), len(set(names)))
+        s = memlake.stats(0)
+        self.assertEqual([k for k in s if k != "version"], names)
+        for name, kind, help_text in fields:
+            self.assertIn(kind, ("gauge", "counter"))
+            self.assertEqual(isinstance(s[name], dict), kind == "gauge", name)
+            self.assertTrue(help_text, name)
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

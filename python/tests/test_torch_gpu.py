@@ -1,15 +1,16 @@
 """memlake.torch on a GPU: each test runs a child Python process (PyTorch
-picks its allocator once per process) that switches to memlake with
-enable() and checks what the program sees. Skips without torch or a GPU."""
+picks its allocator once per process) that switches to memlake, with
+enable(), memlake-run or MEMLAKE_ENABLE, and checks what the program sees.
+Skips without torch or a GPU (exit status 77: ctest reports it skipped)."""
 
-import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import unittest
 from pathlib import Path
 
-PYTHON_DIR = Path(__file__).resolve().parent.parent
+import support
 
 try:
     import torch
@@ -18,11 +19,31 @@ except ImportError:
     HAVE_GPU = False
 
 
-def run_child(body, env=None):
-    code = "import sys; sys.path.insert(0, %r)\n" % str(PYTHON_DIR) + textwrap.dedent(body)
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=300)
+def run_child(body, env=None, args=()):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(body)] + list(args),
+                          capture_output=True, text=True, env=support.child_env(**(env or {})),
+                          timeout=300)
+
+
+# A training step that knows nothing of memlake; it checks, through memlake's
+# statistics, that memlake served its tensors, and prints its argv.
+UNCHANGED_PROGRAM = textwrap.dedent("""
+    import sys
+    import torch
+    x = torch.arange(1 << 22, device="cuda", dtype=torch.float32)
+    w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+    loss = (x[: 1 << 20].view(1024, 1024) @ w).square().mean()
+    loss.backward()
+    torch.cuda.synchronize()
+    assert int(x[-1]) == (1 << 22) - 1
+    import memlake, memlake.torch
+    assert memlake.torch.is_enabled()
+    m = memlake.torch.memory_stats()
+    assert m["allocated_bytes.all.current"] >= (16 << 20) + (4 << 20), m
+    assert m["allocation.all.allocated"] >= 3, m
+    assert memlake.stats(torch.cuda.current_device())["allocs"] >= 3
+    print("served by memlake, argv", sys.argv[1:])
+""")
 
 
 @unittest.skipUnless(HAVE_GPU, "needs torch with a CUDA GPU")
@@ -125,6 +146,44 @@ class TorchOnMemlake(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("must run before the first CUDA tensor", r.stderr)
 
+    def test_memory_stats_have_torch_keys_with_memlake_numbers(self):
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            a = torch.empty(1000, device="cuda", dtype=torch.uint8)
+            b = torch.empty(3 << 20, device="cuda", dtype=torch.uint8)
+            m = memlake.torch.memory_stats()
+            assert m["requested_bytes.all.current"] == 1000 + (3 << 20), m
+            assert m["allocated_bytes.all.current"] == 1024 + (3 << 20), m
+            assert m["allocated_bytes.all.current"] == memlake.torch.memory_allocated()
+            assert m["reserved_bytes.all.peak"] == memlake.torch.max_memory_reserved()
+            assert m["num_ooms"] == 0 and m["num_sync_all_streams"] == 0, m
+            del a, b
+            torch.cuda.synchronize()
+            assert memlake.torch.memory_stats()["allocated_bytes.all.current"] == 0
+            print(memlake.torch.memory_summary())
+        """)
+
+    def test_memlake_run_switches_an_unchanged_program(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            program = Path(tmp) / "train.py"
+            program.write_text(UNCHANGED_PROGRAM)
+            r = subprocess.run([sys.executable, "-m", "memlake.run", str(program), "--lr", "1"],
+                               capture_output=True, text=True, env=support.child_env(),
+                               timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("served by memlake, argv ['--lr', '1']", r.stdout)
+
+    def test_memlake_enable_switches_an_unchanged_program(self):
+        # In a source tree memlake.pth is not installed: run its line first,
+        # as site.py does at start-up for an installed package.
+        hook = support.HOOK_FILE.read_text()
+        r = run_child(hook + "\nimport runpy, sys\nsys.argv[0] = 'train.py'\n" +
+                      "exec(compile(%r, 'train.py', 'exec'))\n" % UNCHANGED_PROGRAM,
+                      env={"MEMLAKE_ENABLE": "1"}, args=["--steps", "2"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("served by memlake, argv ['--steps', '2']", r.stdout)
+
     def test_bad_option_is_a_value_error_naming_it(self):
         r = run_child("""
             import memlake.torch
@@ -136,4 +195,4 @@ class TorchOnMemlake(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

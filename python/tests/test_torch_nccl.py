@@ -2,9 +2,10 @@
 switched to memlake with enable(). All-reduce, send/recv and all-gather run
 on memlake tensors, among them a stitched one (made of chunks of blocks that
 were freed apart), and every element is compared with what it must be.
-Skips without torch or with fewer than two GPUs."""
+The same program without its enable() call runs unchanged under
+`torchrun -m memlake.run` and with MEMLAKE_ENABLE=1. Skips without torch or
+with fewer than two GPUs (exit status 77: ctest reports it skipped)."""
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -12,7 +13,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-PYTHON_DIR = Path(__file__).resolve().parent.parent
+import support
 
 try:
     import torch
@@ -80,22 +81,49 @@ RANK_PROGRAM = textwrap.dedent("""
 """)
 
 
+# The program unchanged: no memlake call before CUDA starts.
+UNCHANGED_RANK_PROGRAM = RANK_PROGRAM.replace(
+    "import os, torch, torch.distributed as dist, memlake.torch\nmemlake.torch.enable()\n",
+    "import os, torch, torch.distributed as dist, memlake.torch\n"
+    "assert memlake.torch.is_enabled(), 'memlake was not switched on'\n")
+assert UNCHANGED_RANK_PROGRAM != RANK_PROGRAM
+
+
 @unittest.skipUnless(GPUS >= 2, "needs torch with two CUDA GPUs")
 class NcclOnMemlake(unittest.TestCase):
-    def test_collectives_and_point_to_point_read_back_intact(self):
+    def torchrun(self, program_text, launch=(), **variables):
+        """Runs program_text on two ranks; `launch` goes between torchrun's
+        options and the program (e.g. -m memlake.run)."""
         with tempfile.TemporaryDirectory() as tmp:
             program = Path(tmp) / "rank.py"
-            program.write_text(RANK_PROGRAM)
-            env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), NCCL_NVLS_ENABLE="0",
-                       TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+            program.write_text(program_text)
+            env = support.child_env(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+                                    **variables)
             r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                "--nproc-per-node", "2", str(program)],
+                                "--nproc-per-node", "2"] + list(launch) + [str(program)],
                                capture_output=True, text=True, env=env, timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         sys.stderr.write(r.stdout)
         for rank in (0, 1):
             self.assertIn("rank %d ok" % rank, r.stdout)
 
+    def test_collectives_and_point_to_point_read_back_intact(self):
+        self.torchrun(RANK_PROGRAM)
+
+    def test_memlake_run_under_torchrun(self):
+        self.torchrun(UNCHANGED_RANK_PROGRAM, launch=["-m", "memlake.run"])
+
+    def test_memlake_enable_under_torchrun(self):
+        # An installed package's memlake.pth enables memlake in each worker;
+        # in a source tree, a launcher runs its line first, as site.py would.
+        hook = support.HOOK_FILE.read_text()
+        launcher = hook + "\nimport runpy, sys\nsys.argv = sys.argv[1:]\n" \
+                          "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "with_hook.py"
+            path.write_text(launcher)
+            self.torchrun(UNCHANGED_RANK_PROGRAM, launch=[str(path)], MEMLAKE_ENABLE="1")
+
 
 if __name__ == "__main__":
-    unittest.main()
+    support.main()

@@ -66,17 +66,17 @@ TEST_F(CApi, MallocFreeRoundTrip) {
   EXPECT_EQ(p[kSize - 1], 0xA5);
 
   const memlake_stats during = stats_of(0);
-  EXPECT_EQ(during.allocs, before.allocs + 1);
-  EXPECT_GE(during.live_bytes, before.live_bytes + static_cast<int64_t>(kSize));
-  EXPECT_GE(during.peak_live_bytes, during.live_bytes);
-  EXPECT_GE(during.reserved_bytes, static_cast<int64_t>(kSize));
+  EXPECT_EQ(during.allocs.current, before.allocs.current + 1);
+  EXPECT_GE(during.live_bytes.current, before.live_bytes.current + static_cast<int64_t>(kSize));
+  EXPECT_GE(during.live_bytes.peak, during.live_bytes.current);
+  EXPECT_GE(during.reserved_bytes.current, static_cast<int64_t>(kSize));
 
   memlake_free(p, kSize, 0, nullptr);
   EXPECT_EQ(last_error(), "");
   const memlake_stats after = stats_of(0);
-  EXPECT_EQ(after.frees, before.frees + 1);
-  EXPECT_EQ(after.live_bytes, before.live_bytes);
-  EXPECT_GE(after.peak_live_bytes, during.live_bytes);
+  EXPECT_EQ(after.frees.current, before.frees.current + 1);
+  EXPECT_EQ(after.live_bytes.current, before.live_bytes.current);
+  EXPECT_GE(after.live_bytes.peak, during.live_bytes.current);
 }
 
 TEST_F(CApi, SizeZeroGivesUniquePointers) {
@@ -95,7 +95,7 @@ TEST_F(CApi, FreeOfNullIsANoOp) {
   const memlake_stats before = stats_of(0);
   memlake_free(nullptr, 0, 0, nullptr);
   EXPECT_EQ(last_error(), "");
-  EXPECT_EQ(stats_of(0).frees, before.frees);
+  EXPECT_EQ(stats_of(0).frees.current, before.frees.current);
 }
 
 TEST_F(CApi, DoubleFree) {
@@ -107,8 +107,8 @@ TEST_F(CApi, DoubleFree) {
   memlake_free(p, 4096, 0, nullptr);
   EXPECT_NE(last_error().find("double free"), std::string::npos) << last_error();
   const memlake_stats after = stats_of(0);
-  EXPECT_EQ(after.frees, before.frees + 1);
-  EXPECT_EQ(after.misuse_errors, before.misuse_errors + 1);
+  EXPECT_EQ(after.frees.current, before.frees.current + 1);
+  EXPECT_EQ(after.misuse_errors.current, before.misuse_errors.current + 1);
 }
 
 TEST_F(CApi, FreeOfForeignPointer) {
@@ -140,8 +140,8 @@ TEST_F(CApi, FreeOnDeviceWithoutAllocator) {
   EXPECT_NE(last_error().find("unknown pointer"), std::string::npos) << last_error();
   // Nothing was created for device 7: its stats are all zero.
   const memlake_stats s = stats_of(7);
-  EXPECT_EQ(s.allocs, 0);
-  EXPECT_EQ(s.reserved_bytes, 0);
+  EXPECT_EQ(s.allocs.current, 0);
+  EXPECT_EQ(s.reserved_bytes.current, 0);
   EXPECT_EQ(memlake_empty_cache(7), 0);
 }
 
@@ -155,8 +155,8 @@ TEST_F(CApi, DevicesAreSeparateAndNothingCrossesByAccident) {
   auto* p1 = static_cast<unsigned char*>(memlake_malloc(kSize, 1, nullptr));
   ASSERT_NE(p0, nullptr) << last_error();
   ASSERT_NE(p1, nullptr) << last_error();
-  EXPECT_EQ(stats_of(0).allocs - zero0.allocs, 1);
-  EXPECT_EQ(stats_of(1).allocs - zero1.allocs, 1);
+  EXPECT_EQ(stats_of(0).allocs.current - zero0.allocs.current, 1);
+  EXPECT_EQ(stats_of(1).allocs.current - zero1.allocs.current, 1);
   std::memset(p0, 0x10, kSize);
   std::memset(p1, 0x11, kSize);
 
@@ -169,10 +169,12 @@ TEST_F(CApi, DevicesAreSeparateAndNothingCrossesByAccident) {
   memlake_free(p1, kSize, 7, nullptr);  // a device with no allocator at all
   EXPECT_NE(last_error().find("was allocated on device 1, not on device 7"), std::string::npos)
       << last_error();
-  EXPECT_EQ(stats_of(0).frees, held0.frees);
-  EXPECT_EQ(stats_of(1).frees, held1.frees);
-  EXPECT_EQ(stats_of(0).live_bytes - zero0.live_bytes, static_cast<std::int64_t>(kSize));
-  EXPECT_EQ(stats_of(1).live_bytes - zero1.live_bytes, static_cast<std::int64_t>(kSize));
+  EXPECT_EQ(stats_of(0).frees.current, held0.frees.current);
+  EXPECT_EQ(stats_of(1).frees.current, held1.frees.current);
+  EXPECT_EQ(stats_of(0).live_bytes.current - zero0.live_bytes.current,
+            static_cast<std::int64_t>(kSize));
+  EXPECT_EQ(stats_of(1).live_bytes.current - zero1.live_bytes.current,
+            static_cast<std::int64_t>(kSize));
   EXPECT_EQ(p0[kSize - 1], 0x10);
   EXPECT_EQ(p1[0], 0x11);
 
@@ -180,8 +182,8 @@ TEST_F(CApi, DevicesAreSeparateAndNothingCrossesByAccident) {
   EXPECT_EQ(last_error(), "");
   memlake_free(p1, kSize, 1, nullptr);
   EXPECT_EQ(last_error(), "");
-  EXPECT_EQ(stats_of(0).live_bytes, zero0.live_bytes);
-  EXPECT_EQ(stats_of(1).live_bytes, zero1.live_bytes);
+  EXPECT_EQ(stats_of(0).live_bytes.current, zero0.live_bytes.current);
+  EXPECT_EQ(stats_of(1).live_bytes.current, zero1.live_bytes.current);
 }
 
 TEST_F(CApi, HugeSizeFails) {
@@ -191,7 +193,7 @@ TEST_F(CApi, HugeSizeFails) {
   // More than the 1G capacity.
   EXPECT_EQ(memlake_malloc(std::size_t{2} << 30, 0, nullptr), nullptr);
   EXPECT_NE(last_error().find("2147483648"), std::string::npos) << last_error();
-  EXPECT_EQ(stats_of(0).allocs, before.allocs);
+  EXPECT_EQ(stats_of(0).allocs.current, before.allocs.current);
   // The allocator still works.
   void* p = memlake_malloc(64, 0, nullptr);
   ASSERT_NE(p, nullptr) << last_error();
@@ -253,21 +255,21 @@ TEST_F(CApi, StatsVersionAndSize) {
   s.size = sizeof s;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 3 is not supported (this library has version 2)");
-  EXPECT_EQ(s.allocs, 0);  // untouched
+            "memlake_get_stats: stats version 4 is not supported (this library has version 3)");
+  EXPECT_EQ(s.allocs.current, 0);  // untouched
 
   s.version = 0;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 0 is not supported (this library has version 2)");
+            "memlake_get_stats: stats version 0 is not supported (this library has version 3)");
 
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s - 8;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(), "memlake_get_stats: size " + std::to_string(sizeof s - 8) +
-                              " is smaller than memlake_stats version 2 (" +
+                              " is smaller than memlake_stats version 3 (" +
                               std::to_string(sizeof s) + " bytes)");
-  EXPECT_EQ(s.allocs, 0);
+  EXPECT_EQ(s.allocs.current, 0);
 
   EXPECT_EQ(memlake_get_stats(0, nullptr), -1);
   EXPECT_EQ(last_error(), "memlake_get_stats: out is NULL");
@@ -282,7 +284,7 @@ TEST_F(CApi, StatsVersionAndSize) {
   larger.v1.size = sizeof larger;
   larger.later = 12345;
   EXPECT_EQ(memlake_get_stats(0, &larger.v1), 0) << last_error();
-  EXPECT_GT(larger.v1.allocs, 0);
+  EXPECT_GT(larger.v1.allocs.current, 0);
   EXPECT_EQ(larger.later, 12345);
   EXPECT_EQ(larger.v1.version, static_cast<uint32_t>(MEMLAKE_STATS_VERSION));
   EXPECT_EQ(larger.v1.size, sizeof larger);
@@ -294,9 +296,10 @@ TEST_F(CApi, StatsAgreeWithJson) {
   const int n = memlake_get_stats_json(0, buf, sizeof buf);
   ASSERT_GT(n, 0) << last_error();
   const std::string json(buf);
-  EXPECT_NE(json.find("\"allocs\":" + std::to_string(s.allocs) + ","), std::string::npos) << json;
-  EXPECT_NE(json.find("\"live_bytes\":{\"current\":" + std::to_string(s.live_bytes) +
-                      ",\"peak\":" + std::to_string(s.peak_live_bytes) + "}"),
+  EXPECT_NE(json.find("\"allocs\":" + std::to_string(s.allocs.current) + ","), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"live_bytes\":{\"current\":" + std::to_string(s.live_bytes.current) +
+                      ",\"peak\":" + std::to_string(s.live_bytes.peak) + "}"),
             std::string::npos)
       << json;
 }
@@ -306,12 +309,12 @@ TEST_F(CApi, PeakReset) {
   ASSERT_NE(p, nullptr) << last_error();
   memlake_free(p, 8 << 20, 0, nullptr);
   ASSERT_EQ(last_error(), "");
-  EXPECT_GT(stats_of(0).peak_live_bytes, stats_of(0).live_bytes);
+  EXPECT_GT(stats_of(0).live_bytes.peak, stats_of(0).live_bytes.current);
   memlake_reset_peak_stats(0);
   EXPECT_EQ(last_error(), "");
   const memlake_stats s = stats_of(0);
-  EXPECT_EQ(s.peak_live_bytes, s.live_bytes);
-  EXPECT_EQ(s.peak_reserved_bytes, s.reserved_bytes);
+  EXPECT_EQ(s.live_bytes.peak, s.live_bytes.current);
+  EXPECT_EQ(s.reserved_bytes.peak, s.reserved_bytes.current);
 }
 
 TEST_F(CApi, StatsJsonFollowsSnprintf) {
@@ -322,7 +325,7 @@ TEST_F(CApi, StatsJsonFollowsSnprintf) {
   std::string full(static_cast<std::size_t>(n) + 1, 'x');
   EXPECT_EQ(memlake_get_stats_json(0, full.data(), full.size()), n);
   EXPECT_EQ(std::strlen(full.c_str()), static_cast<std::size_t>(n));
-  EXPECT_EQ(full.rfind("{\"version\":2,\"live_bytes\":{\"current\":", 0), 0u) << full;
+  EXPECT_EQ(full.rfind("{\"version\":3,\"live_bytes\":{\"current\":", 0), 0u) << full;
   EXPECT_EQ(full[static_cast<std::size_t>(n) - 1], '}');
 
   char small[8];

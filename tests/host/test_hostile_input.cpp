@@ -449,8 +449,8 @@ int unknown_stream_child() {
   memlake_stats s{};
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s;
-  if (memlake_get_stats(0, &s) != 0 || s.misuse_errors != 3 || s.live_bytes != 0 || s.allocs != 1 ||
-      s.frees != 1)
+  if (memlake_get_stats(0, &s) != 0 || s.misuse_errors.current != 3 || s.live_bytes.current != 0 ||
+      s.allocs.current != 1 || s.frees.current != 1)
     ++failures;
   return failures;
 }

@@ -26,7 +26,7 @@ std::int64_t reserved(int device) {
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s;
   EXPECT_EQ(memlake_get_stats(device, &s), 0) << memlake_last_error();
-  return s.reserved_bytes;
+  return s.reserved_bytes.current;
 }
 
 class TorchHooks : public testing::Test {

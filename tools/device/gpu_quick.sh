@@ -5,7 +5,7 @@
 # MEMLAKE_RUN_BUDGET (default 560 s):
 #   memlake_cuda_tests, then under compute-sanitizer memcheck;
 #   memlake-replay --backend cuda --allocator cudaMallocAsync (worker thread)
-#     over the traces in $MEMLAKE_TRACES (default .traces, else ../shared/traces);
+#     over the traces in $MEMLAKE_TRACES (default traces/);
 #   python/tests/test_torch_gpu.py;
 #   samples/pytorch_training/train.py: expandable segments and memlake per
 #     model (MEMLAKE_TORCH_MODELS), plus memlake with MEMLAKE_VARIANTS
@@ -21,8 +21,7 @@ SUMMARY_NAME=quick-summary.txt
 BUDGET=${MEMLAKE_RUN_BUDGET:-560}
 # shellcheck source=tools/device/lib.sh
 . tools/device/lib.sh
-TRACES=${MEMLAKE_TRACES:-.traces}
-[[ -d $TRACES ]] || TRACES=../shared/traces
+TRACES=${MEMLAKE_TRACES:-traces}
 
 machine
 build "$BUILD" "$OUT/quick-build.log" memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared

@@ -6,7 +6,7 @@
 #     traces, with the worker inline (reproducible, the host replay's
 #     decisions) and on its thread (the latency a training run sees);
 #   - pipeline_parallel --backend cuda at scales 1, 4 and 16.
-# Traces come from $MEMLAKE_TRACES (default .traces, else ../shared/traces).
+# Traces come from $MEMLAKE_TRACES (default traces/).
 # Logs and JSON go to $OUT (default ./out): replay-summary.txt, replay.log,
 # replay-inline.json, replay-thread.json, pipeline.log.
 set -u -o pipefail
@@ -17,8 +17,7 @@ SUMMARY_NAME=replay-summary.txt
 # shellcheck source=tools/device/lib.sh
 . tools/device/lib.sh
 
-TRACES=${MEMLAKE_TRACES:-.traces}
-[[ -d $TRACES ]] || TRACES=../shared/traces
+TRACES=${MEMLAKE_TRACES:-traces}
 
 note "== machine"
 machine

@@ -5,8 +5,8 @@
 #     MEMLAKE_MEMCHECK=1);
 #   memlake-replay --backend cuda --allocator cudaMallocAsync (worker thread)
 #     over repeated-step traces made here by tools/synth_trace.py --repeat
-#     and over the traces in $MEMLAKE_TRACES (default .traces, else
-#     ../shared/traces): critical-path VMM calls and allocate p99 after
+#     and over the traces in $MEMLAKE_TRACES (default
+#     traces/): critical-path VMM calls and allocate p99 after
 #     warm-up, beside cudaMallocAsync's;
 #   samples/pytorch_training/train.py with a fixed sequence length
 #     (MEMLAKE_SEQ_LEN, default 512; MEMLAKE_DYNAMIC=1 adds a run with a new
@@ -23,8 +23,7 @@ SUMMARY_NAME=steady-summary.txt
 BUDGET=${MEMLAKE_RUN_BUDGET:-560}
 # shellcheck source=tools/device/lib.sh
 . tools/device/lib.sh
-TRACES=${MEMLAKE_TRACES:-.traces}
-[[ -d $TRACES ]] || TRACES=../shared/traces
+TRACES=${MEMLAKE_TRACES:-traces}
 
 machine
 build "$BUILD" "$OUT/steady-build.log" memlake_cuda_tests memlake-replay pipeline_parallel memlake_shared

@@ -2,8 +2,8 @@
 // who made it: a thread inside an allocator call (CriticalPathScope, put in
 // malloc/free by the allocator) or a background worker (WorkerThreadScope),
 // and the host time those calls and the critical path's event calls took.
-// In the steady state the critical-path count should not move: DESIGN.md,
-// "Off the critical path".
+// In the steady state the critical-path count should not move
+// (docs/design.md, "Off the critical path").
 #pragma once
 
 #include <array>

@@ -9,7 +9,7 @@
 // Every handle, range and mapping is tracked in tables under one mutex, so a
 // wrong argument yields Status::invalid_argument and a message, never a
 // crash. With simulate_latency, each call busy-waits for the median H200
-// cost measured in DESIGN.md.
+// cost measured in traces/vmm_costs.txt.
 #pragma once
 
 #include <cstddef>

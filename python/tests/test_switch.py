@@ -1,0 +1,164 @@
+"""Switching a program to memlake without editing it, on a machine without
+PyTorch: memlake-run (and python -m memlake.run) and MEMLAKE_ENABLE's
+start-up hook over the stand-in torch (python/tests/fake_torch), which
+records what memlake plugs in; and the messages when torch is missing.
+test_torch_gpu.py runs the same switches against the real PyTorch."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+import support
+import memlake
+
+INSTALLED = os.environ.get("MEMLAKE_TEST_INSTALLED") == "1"
+
+# The program being switched: it reports, before anything else, whether its
+# `import torch` already found memlake plugged in, then its argv.
+PROGRAM = textwrap.dedent("""
+    import sys
+    import torch
+    a = torch.cuda.memory.current_allocator
+    print("plugged", a is not None and a.alloc_fn_name, a is not None and a.path)
+    if a is not None:
+        hooks = a.allocator()
+        print("hooks", all((hooks.record_stream_fn, hooks.reset_fn, hooks.memory_fraction_fn)))
+    print("argv", sys.argv)
+    print("name", __name__)
+""")
+
+
+def run(args, extra_paths=(support.FAKE_TORCH_DIR,), cwd=None, **variables):
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=support.child_env(extra_paths, **variables))
+
+
+class Switch(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.program = Path(self.tmp.name) / "train.py"
+        self.program.write_text(PROGRAM)
+        (Path(self.tmp.name) / "trainmod.py").write_text(PROGRAM)
+
+    def assert_switched(self, r, argv):
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("plugged memlake_torch_malloc", r.stdout)
+        self.assertIn("libmemlake.so", r.stdout)
+        self.assertIn("hooks True", r.stdout)
+        self.assertIn("argv %r" % (argv,), r.stdout)
+        self.assertIn("name __main__", r.stdout)
+
+    def test_memlake_run_runs_the_script_with_its_argv(self):
+        r = run([sys.executable, "-m", "memlake.run", str(self.program), "--lr", "3", "-m", "x"])
+        self.assert_switched(r, [str(self.program), "--lr", "3", "-m", "x"])
+
+    def test_memlake_run_runs_a_module(self):
+        r = run([sys.executable, "-m", "memlake.run", "-m", "trainmod", "a", "b"],
+                extra_paths=(support.FAKE_TORCH_DIR, self.tmp.name))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("plugged memlake_torch_malloc", r.stdout)
+        self.assertIn("'a', 'b']", r.stdout)
+
+    def test_memlake_run_adds_its_options_and_marks_the_environment(self):
+        self.program.write_text("import os, torch\nprint(os.environ['MEMLAKE_CONF'], "
+                                "os.environ['MEMLAKE_ENABLE'])\n")
+        r = run([sys.executable, "-m", "memlake.run", "--conf", "capacity:1G", str(self.program)],
+                MEMLAKE_CONF="backend:host")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("backend:host,capacity:1G 1", r.stdout)
+
+    def test_memlake_run_names_a_bad_option(self):
+        r = run([sys.executable, "-m", "memlake.run", "--conf", "capacty:1G", str(self.program)])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("memlake-run:", r.stderr)
+        self.assertIn("capacty", r.stderr)
+        self.assertNotIn("plugged", r.stdout)
+
+    def test_memlake_run_usage_errors(self):
+        for args, message in [([], "no program to run"), (["--conf"], "--conf needs a value"),
+                              (["--bogus", "x.py"], "unknown option --bogus")]:
+            r = run([sys.executable, "-m", "memlake.run"] + args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(message, r.stderr)
+        r = run([sys.executable, "-m", "memlake.run", "/nonexistent/train.py"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/train.py: no such file", r.stderr)
+
+    def test_memlake_run_without_torch_says_so(self):
+        r = run([sys.executable, "-m", "memlake.run", str(self.program)],
+                extra_paths=(support.NO_TORCH_DIR,))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("memlake.torch needs PyTorch", r.stderr)
+        self.assertIn("No module named 'torch'", r.stderr)
+
+    @unittest.skipUnless(INSTALLED, "the console script exists once installed")
+    def test_the_console_script(self):
+        script = str(Path(sys.executable).parent / "memlake-run")
+        r = run([script, str(self.program), "--x"])
+        self.assert_switched(r, [str(self.program), "--x"])
+
+    # The start-up hook. In the source tree memlake.pth is not installed, so
+    # these run its line themselves; with the package installed, the real one
+    # runs at start-up (test_installed_hook_*).
+
+    def hook_line(self):
+        return support.HOOK_FILE.read_text().strip()
+
+    def test_hook_line_does_nothing_when_unset(self):
+        code = self.hook_line() + "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('memlake', 'torch')))\n"
+        for value in (None, "", "0"):
+            r = run([sys.executable, "-c", code], MEMLAKE_ENABLE=value)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), "[]", value)
+
+    def test_hook_line_enables_memlake_when_torch_is_imported(self):
+        code = self.hook_line() + "\n" + PROGRAM
+        r = run([sys.executable, "-c", code, "--steps", "2"], MEMLAKE_ENABLE="1")
+        self.assert_switched(r, ["-c", "--steps", "2"])
+
+    def test_hook_does_not_import_torch_by_itself(self):
+        code = self.hook_line() + "\nimport sys\nprint('torch' in sys.modules)\n"
+        r = run([sys.executable, "-c", code], MEMLAKE_ENABLE="1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "False")
+
+    def test_hook_with_a_bad_value_stops_with_a_message(self):
+        r = run([sys.executable, "-c", self.hook_line() + "\nprint('ran')"], MEMLAKE_ENABLE="maybe")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("MEMLAKE_ENABLE='maybe' is not understood", r.stderr)
+        self.assertNotIn("ran", r.stdout)
+
+    def test_hook_failure_to_enable_fails_the_import_of_torch(self):
+        # The allocator has started (torch.cuda.set_device at import): too late.
+        late = Path(self.tmp.name) / "late"
+        (late / "torch").mkdir(parents=True)
+        fake = support.FAKE_TORCH_DIR / "torch"
+        (late / "torch" / "__init__.py").write_text((fake / "__init__.py").read_text() +
+                                                    "\ncuda.set_device(0)\n")
+        (late / "torch" / "cuda").symlink_to(fake / "cuda", target_is_directory=True)
+        r = run([sys.executable, "-c", self.hook_line() + "\nimport torch\nprint('ran')"],
+                extra_paths=(late,), MEMLAKE_ENABLE="1")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("MEMLAKE_ENABLE is set, but memlake cannot be enabled", r.stderr)
+        self.assertIn("must run before the first CUDA tensor", r.stderr)
+        self.assertNotIn("ran", r.stdout)
+
+    @unittest.skipUnless(INSTALLED, "needs the installed memlake.pth")
+    def test_installed_hook_does_nothing_when_unset(self):
+        r = run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules "
+                 "if m.split('.')[0] in ('memlake', 'torch')))"], MEMLAKE_ENABLE=None)
+        self.assertEqual(r.stdout.strip(), "[]", r.stderr)
+
+    @unittest.skipUnless(INSTALLED, "needs the installed memlake.pth")
+    def test_installed_hook_enables_memlake(self):
+        r = run([sys.executable, str(self.program), "x"], MEMLAKE_ENABLE="1")
+        self.assert_switched(r, [str(self.program), "x"])
+
+
+if __name__ == "__main__":
+    support.main()
