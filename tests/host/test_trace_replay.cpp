@@ -1,16 +1,12 @@
-// The replay layer of memlake-replay (tools/replay/replay.cpp): sampling,
+// The replay layer of memlake-replay (the memlake_replay library): sampling,
 // percentiles, the capacity search, and small traces through memlake on the
 // HostBackend and through the GMLake policy.
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "tools/replay/replay.hpp"
-
-// Compiled in here like the policy (test_gmlake_policy.cpp), since the
-// replay code belongs to the tool, not to the library.
-#include "tools/replay/replay.cpp"  // NOLINT(bugprone-suspicious-include)
-#include "tools/replay/steps.cpp"   // NOLINT(bugprone-suspicious-include)
+#include "replay/replay.hpp"
+#include "replay/steps.hpp"
 
 namespace memlake {
 namespace {

@@ -1,6 +1,6 @@
 // cudaMallocAsync replay (see async_replay.hpp). Built only with the CUDA
 // toolkit; elsewhere it says why it did not run.
-#include "async_replay.hpp"
+#include "replay/async_replay.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 namespace memlake {
 

@@ -3,7 +3,7 @@
 // get_fused_fragmented_blocks (stitch), realloc_block (new_segment),
 // release_cached_blocks, update_block/free_block (free), and
 // garbage_collect_fused_blocks (collect_fused).
-#include "gmlake_policy.hpp"
+#include "replay/gmlake_policy.hpp"
 
 #include <algorithm>
 #include <cmath>

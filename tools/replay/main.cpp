@@ -19,13 +19,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "async_replay.hpp"
-#include "gmlake_policy.hpp"
 #include "memlake/config.hpp"
 #include "memlake/errors.hpp"
-#include "replay.hpp"
-#include "report.hpp"
-#include "svg.hpp"
+#include "replay/async_replay.hpp"
+#include "replay/gmlake_policy.hpp"
+#include "replay/replay.hpp"
+#include "replay/report.hpp"
+#include "replay/svg.hpp"
 #include "trace/trace.hpp"
 
 namespace memlake {

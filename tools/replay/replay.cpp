@@ -1,7 +1,7 @@
 // Replay loops of memlake-replay (see replay.hpp). Only the allocate and
 // deallocate calls sit between the two clock reads; stream lookups, stats
 // snapshots and sampling happen outside them.
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +12,7 @@
 
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
-#include "steps.hpp"
+#include "replay/steps.hpp"
 
 namespace memlake {
 

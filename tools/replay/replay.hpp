@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "gmlake_policy.hpp"
 #include "memlake/config.hpp"
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
+#include "replay/gmlake_policy.hpp"
 #include "trace/trace.hpp"
 
 namespace memlake {

@@ -1,6 +1,6 @@
 // Formatting of memlake-replay's results (see report.hpp): sizes in GiB with
 // two decimals for people, exact bytes in the JSON.
-#include "report.hpp"
+#include "replay/report.hpp"
 
 #include <cmath>
 #include <string_view>

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 namespace memlake {
 
