@@ -5,6 +5,7 @@
 
 #include <numeric>
 
+#include "replay/capacity.hpp"
 #include "replay/replay.hpp"
 #include "replay/steps.hpp"
 
