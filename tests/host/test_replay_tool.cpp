@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -28,6 +30,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
@@ -196,6 +199,85 @@ TEST(ReplayTool, BadInputIsStatusTwo) {
   EXPECT_EQ(r.status, kExitOk);
   for (const char* status : {"  0  ", "  1  ", "  2  ", "  3  ", "  4  "})
     EXPECT_THAT(r.out, HasSubstr(status)) << "--help documents every exit status";
+}
+
+// The number after the first "key": of a JSON line; nullopt when the key
+// is missing or its value is not a number.
+std::optional<long long> json_number(const std::string& json, const std::string& key) {
+  const std::size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = json.c_str() + at + key.size() + 3;
+  char* end = nullptr;
+  const long long v = std::strtoll(begin, &end, 10);
+  if (end == begin) return std::nullopt;
+  return v;
+}
+
+TEST(ReplayTool, BeyondNeededOfTheGmlakePolicyIsKnownByHand) {
+  // GMLake: the 4 MiB block takes a 20 MiB segment, the 30 MiB one a
+  // segment of its own: 50 MiB. At 30 MiB the full device releases the
+  // free 20 MiB segment first; at 28 MiB the 30 MiB one cannot fit.
+  TraceFile trace("replay_tool_gmlake_needed.csv",
+                  "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,free,1,4194304,0\n"
+                  "2,alloc,2,31457280,0\n3,free,2,31457280,0\n");
+  const ToolRun r = run_tool({"--json", "--needed", "--policy", "gmlake", trace.path()});
+  ASSERT_EQ(r.status, kExitOk) << r.err;
+  EXPECT_EQ(json_number(r.out, "peak_reserved_bytes"), 50 * MiB);
+  EXPECT_EQ(json_number(r.out, "needed_capacity_bytes"), 30 * MiB);
+  EXPECT_EQ(json_number(r.out, "beyond_needed_bytes"), 20 * MiB);
+  const ToolRun table = run_tool({"--needed", "--policy", "gmlake", trace.path()});
+  EXPECT_THAT(table.out, HasSubstr("beyond needed    20.00 MiB (20,971,520 bytes): peak reserved "
+                                   "50.00 MiB, fits in 30.00 MiB"));
+}
+
+TEST(ReplayTool, BeyondNeededOfMemlakeIsPeakReservedMinusACapacityThatFits) {
+  TraceFile trace("replay_tool_needed.csv", kTrace);
+  const ToolRun r = run_tool({"--json", "--needed", trace.path()});
+  ASSERT_EQ(r.status, kExitOk) << r.err;
+  const auto reserved = json_number(r.out, "peak_reserved_bytes");
+  const auto needed = json_number(r.out, "needed_capacity_bytes");
+  ASSERT_TRUE(reserved && needed);
+  EXPECT_EQ(json_number(r.out, "beyond_needed_bytes"), *reserved - *needed);
+  EXPECT_GE(*needed, static_cast<long long>(8 * MiB)) << "never below peak live";
+  // The answer fits and a step less does not.
+  const std::string at = "--capacity=" + std::to_string(*needed);
+  const std::string below =
+      "--capacity=" + std::to_string(*needed - 2 * static_cast<long long>(MiB));
+  EXPECT_EQ(run_tool({"--no-progress", at, trace.path()}).status, kExitOk);
+  EXPECT_EQ(run_tool({"--no-progress", below, trace.path()}).status, kExitDoesNotFit);
+  // Without --needed nothing is searched; --min-capacity's answer serves.
+  EXPECT_FALSE(json_number(run_tool({"--json", trace.path()}).out, "beyond_needed_bytes"));
+  const ToolRun min = run_tool({"--json", "--min-capacity", trace.path()});
+  EXPECT_EQ(json_number(min.out, "needed_capacity_bytes"),
+            json_number(min.out, "min_capacity_bytes"));
+  EXPECT_EQ(json_number(min.out, "beyond_needed_bytes"), *reserved - *needed);
+}
+
+TEST(ReplayTool, AllocatorTimesAreInTheJsonAndTheTable) {
+  TraceFile trace("replay_tool_times.csv", kTrace);
+  const ToolRun r = run_tool({"--json", "--warmup=0.5", trace.path()});
+  ASSERT_EQ(r.status, kExitOk) << r.err;
+  const auto total = json_number(r.out, "allocator_ns_total");
+  const auto after = json_number(r.out, "allocator_ns_total_after_warmup");
+  const auto vmm = json_number(r.out, "critical_path_vmm_ns");
+  const auto vmm_after = json_number(r.out, "critical_path_vmm_ns_after_warmup");
+  const auto max_after = json_number(r.out, "alloc_ns_max_after_warmup");
+  ASSERT_TRUE(total && after && vmm && vmm_after && max_after) << r.out;
+  EXPECT_GT(*total, 0);
+  EXPECT_LE(*after, *total);
+  EXPECT_GE(*total, *vmm);
+  EXPECT_LE(*vmm_after, *vmm);
+  EXPECT_LE(*max_after, *after);
+  // The same stat as the allocator's own, which "stats" repeats.
+  const std::size_t stats = r.out.find("\"stats\":");
+  ASSERT_NE(stats, std::string::npos);
+  EXPECT_EQ(json_number(r.out.substr(stats), "critical_path_vmm_ns"), vmm);
+  EXPECT_EQ(json_number(r.out, "alloc_ns_p99_after_warmup"),
+            json_number(r.out.substr(r.out.find("\"alloc_ns_after_warmup\":")), "p99"));
+  const ToolRun table = run_tool({"--no-progress", trace.path()});
+  EXPECT_THAT(table.out, AllOf(HasSubstr("allocator time"), HasSubstr("in allocate and deallocate"),
+                               HasSubstr("of it in VMM calls"), HasSubstr("warm allocate")));
+  EXPECT_THAT(table.out, Not(HasSubstr("beyond needed")));
 }
 
 TEST(ReplayToolDeathTest, AnExceptionOnAnotherThreadEndsWithStatusThree) {

@@ -133,6 +133,9 @@ class TraceReplays {
     if (o_.min_capacity) {
       if (!o_.gmlake_only) r_.min_capacity = memlake_min_capacity();
       r_.gmlake_min_capacity = gmlake_min_capacity();
+      r_.needed = o_.gmlake_only ? r_.gmlake_min_capacity : r_.min_capacity;
+    } else if (o_.needed) {
+      r_.needed = o_.gmlake_only ? gmlake_needed() : memlake_needed();
     }
     return std::move(r_);
   }
@@ -167,6 +170,26 @@ class TraceReplays {
     return find_min_capacity(
         start, limit, r_.trace_peak_live, r_.memlake->granularity,
         [&](std::uint64_t cap) { return memlake_fits(cap, "--min-capacity"); });
+  }
+
+  // Bounded by the replay's own peaks; nothing when it did not fit.
+  std::optional<CapacitySearch> memlake_needed() {
+    const MemlakeResult& m = *r_.memlake;
+    if (!m.fits) return std::nullopt;
+    return find_needed_capacity(
+        r_.trace_peak_live, static_cast<std::uint64_t>(m.stats.reserved_bytes.peak), m.capacity,
+        m.granularity, [&](std::uint64_t cap) { return memlake_fits(cap, "--needed"); });
+  }
+
+  std::optional<CapacitySearch> gmlake_needed() {
+    if (!r_.gmlake.fits) return std::nullopt;
+    const std::uint64_t reserved = r_.gmlake.peak_reserved;
+    return find_needed_capacity(r_.trace_peak_live, reserved, reserved * 4,
+                                GmlakePolicy::kGranularity, [&](std::uint64_t cap) {
+                                  GmlakeOptions g = o_.gmlake;
+                                  g.capacity = cap;
+                                  return replay_gmlake(quiet_, g).fits;
+                                });
   }
 
   CapacitySearch gmlake_min_capacity() {

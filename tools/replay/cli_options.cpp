@@ -15,9 +15,11 @@ Replays memlake-trace v1 files (gzip or plain CSV; see traces/FORMAT.md)
 through memlake::Allocator and through a simulation of GMLake's allocator,
 and reports, per trace: peak live and peak reserved bytes, utilization, the
 ratio to each baseline of the trace header (native, expandable, async) and to
-the GMLake policy, median and p99 nanoseconds per allocate/deallocate, VMM
-calls (all, on the critical path, and on the critical path after warm-up),
-stitches and OOMs.
+the GMLake policy, median, p99 and maximum nanoseconds per allocate/deallocate
+(and per allocate after warm-up), the host time inside the allocator and in
+its VMM calls on the replaying thread (all and after warm-up), VMM calls (all,
+on the critical path, and on the critical path after warm-up), stitches and
+OOMs.
 
 options:
   --backend host|cuda    memlake's backend (default: host, unless the
@@ -32,6 +34,14 @@ options:
   --min-capacity         binary search, in granularity steps with a fresh
                          allocator per try, for the smallest capacity at which
                          the trace fits; for memlake and the GMLake policy
+  --needed               memory taken beyond what was needed: peak reserved
+                         minus the smallest capacity at which the trace fits,
+                         found by bisection in granularity steps between peak
+                         live and peak reserved (a fresh allocator per try,
+                         about log2((reserved - live) / granularity) tries).
+                         Not on by default: on the bundled traces it makes
+                         memlake-replay about 6 times slower. --min-capacity
+                         reports it too, from its own answer
   --allocator cudaMallocAsync
                          also replay the trace through cudaMallocAsync and
                          cudaFreeAsync on the device's default pool (release
@@ -53,8 +63,8 @@ options:
                          once stitched bytes exceed GIB GiB (default 1000)
   --gmlake-no-stitch     GMLake's vmmDefragment=0: its caching path alone
                          (PyTorch's allocator with GMLake's 2 MiB rounding)
-  --warmup FRACTION      share of the events counted as warm-up for
-                         critical_path_vmm_calls_after_warmup (default 0.3)
+  --warmup FRACTION      share of the events counted as warm-up for the
+                         "after warm-up" numbers (default 0.3)
   --slowest N            list the N slowest allocations after warm-up, each
                          with the stats it changed (event records and
                          queries, VMM calls, lock waits, bytes retired); a
@@ -175,8 +185,8 @@ class ArgReader {
   bool has_value_ = false;
 };
 
-// --backend, --conf, --capacity, --min-capacity, --policy, --allocator,
-// --warmup, --slowest. False: not one of them.
+// --backend, --conf, --capacity, --min-capacity, --needed, --policy,
+// --allocator, --warmup, --slowest. False: not one of them.
 bool parse_replay_option(ArgReader& a, ToolOptions& o) {
   const std::string& arg = a.arg();
   if (arg == "--backend") {
@@ -191,6 +201,9 @@ bool parse_replay_option(ArgReader& a, ToolOptions& o) {
   } else if (arg == "--min-capacity") {
     a.no_value();
     o.min_capacity = true;
+  } else if (arg == "--needed") {
+    a.no_value();
+    o.needed = true;
   } else if (arg == "--policy") {
     const std::string v = a.value();
     if (v != "memlake" && v != "gmlake")

@@ -21,6 +21,7 @@ struct ToolOptions {
   std::vector<std::string> confs;
   std::optional<std::uint64_t> capacity;
   bool min_capacity = false;
+  bool needed = false;  // --needed
   bool gmlake_only = false;
   bool cuda_async = false;  // --allocator cudaMallocAsync
   GmlakeOptions gmlake;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <numeric>
 #include <string_view>
 #include <typeinfo>
 #include <unordered_map>
@@ -171,6 +172,7 @@ Percentiles percentiles(std::vector<std::uint32_t> ns) {
   const std::size_t rank = std::max<std::size_t>(1, (ns.size() * 99 + 99) / 100) - 1;
   std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(rank), ns.end());
   p.p99 = ns[rank];
+  p.max = *std::max_element(ns.begin(), ns.end());
   return p;
 }
 
@@ -319,7 +321,10 @@ class MemlakeReplay {
     r_.events_replayed = i;
     r_.stats = alloc_->stats();
     if (!r_.warmup && i == warm_) r_.warmup = r_.stats;
-    if (warm_ >= i) allocs_at_warmup_ = alloc_ns_.size();  // warm-up never ended
+    if (warm_ >= i) {  // warm-up never ended
+      allocs_at_warmup_ = alloc_ns_.size();
+      frees_at_warmup_ = free_ns_.size();
+    }
   }
 
   // Snapshots before event i: the end of warm-up, of a tenth, of a step.
@@ -327,6 +332,7 @@ class MemlakeReplay {
     if (i == warm_) {
       r_.warmup = alloc_->stats();
       allocs_at_warmup_ = alloc_ns_.size();
+      frees_at_warmup_ = free_ns_.size();
     }
     if (i > 0 && i * 10 / n_ != (i - 1) * 10 / n_) close_tenth();
     if (next_step_ < step_starts_.size() && i == step_starts_[next_step_]) {
@@ -429,7 +435,16 @@ class MemlakeReplay {
     if (setup_.timing) alloc_->remove_observer(&recorder_);
   }
 
+  static std::uint64_t sum_from(const std::vector<std::uint32_t>& ns, std::size_t from) {
+    return std::accumulate(ns.begin() + static_cast<std::ptrdiff_t>(from), ns.end(),
+                           std::uint64_t{0});
+  }
+
   void summarize_timings() {
+    r_.allocator_ns_total = sum_from(alloc_ns_, 0) + sum_from(free_ns_, 0);
+    if (r_.warmup)
+      r_.allocator_ns_total_after_warmup =
+          sum_from(alloc_ns_, allocs_at_warmup_) + sum_from(free_ns_, frees_at_warmup_);
     std::array<std::vector<std::uint32_t>, kAllocPathCount> by_path;
     for (std::size_t k = allocs_at_warmup_; k < alloc_ns_.size(); ++k)
       by_path[alloc_path_[k]].push_back(alloc_ns_[k]);
@@ -460,6 +475,7 @@ class MemlakeReplay {
   SlowestAllocs slowest_;
   Stats before_;
   std::size_t allocs_at_warmup_ = 0;
+  std::size_t frees_at_warmup_ = 0;
   std::int64_t critical_at_tenth_ = 0;
   std::size_t allocs_at_tenth_ = 0;
   const std::vector<std::size_t> step_starts_;
@@ -473,6 +489,11 @@ class MemlakeReplay {
 
 MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
   return MemlakeReplay(setup, config).run();
+}
+
+std::optional<std::int64_t> after_warmup(const MemlakeResult& m, StatValue Stats::*field) {
+  if (!m.warmup) return std::nullopt;
+  return (m.stats.*field).current - ((*m.warmup).*field).current;
 }
 
 GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options) {

@@ -62,6 +62,7 @@ struct Percentiles {
   std::uint64_t count = 0;
   std::uint64_t median = 0;
   std::uint64_t p99 = 0;
+  std::uint64_t max = 0;
 };
 Percentiles percentiles(std::vector<std::uint32_t> ns);
 
@@ -126,6 +127,11 @@ struct MemlakeResult {
   Percentiles alloc_ns_after_warmup;
   std::array<Percentiles, kAllocPathCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
+  // Host ns inside allocate and deallocate on the replaying thread: the sum
+  // of the timed calls, all and after warm-up (none when warm-up never
+  // ended). 0 without timing.
+  std::uint64_t allocator_ns_total = 0;
+  std::optional<std::uint64_t> allocator_ns_total_after_warmup;
   std::vector<SlowAlloc> slowest;  // slowest first
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket
@@ -146,6 +152,10 @@ struct GmlakeResult {
 // memory (which ends the replay with fits = false); anything else that
 // escapes is the replay's own failure (host memory for its bookkeeping).
 MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config);
+
+// What the stat `field` (a counter) gained after warm-up; nullopt when
+// warm-up never ended.
+std::optional<std::int64_t> after_warmup(const MemlakeResult& m, StatValue Stats::*field);
 GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options);
 
 // Requested live bytes over time, sampled like the replays.

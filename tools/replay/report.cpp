@@ -21,6 +21,12 @@ std::uint64_t TraceReport::reference_live() const {
   return trace->meta.peak_live_bytes.value_or(trace_peak_live);
 }
 
+std::optional<std::int64_t> TraceReport::beyond_needed() const {
+  const bool fits = memlake_policy && memlake ? memlake->fits : gmlake.fits;
+  if (!fits || !needed || !needed->found) return std::nullopt;
+  return static_cast<std::int64_t>(peak_reserved()) - static_cast<std::int64_t>(needed->bytes);
+}
+
 void describe_trace(const Trace& t, TraceReport& r) {
   r.trace = &t;
   r.trace_peak_live = t.computed_peak_live_bytes();

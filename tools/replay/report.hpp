@@ -27,6 +27,9 @@ struct TraceReport {
   std::optional<std::uint64_t> capacity;  // --capacity
   std::optional<CapacitySearch> min_capacity;
   std::optional<CapacitySearch> gmlake_min_capacity;
+  // The smallest capacity at which the policy replayed fits (--min-capacity's
+  // answer, or the bounded search of --needed).
+  std::optional<CapacitySearch> needed;
 
   // Of the policy replayed (memlake, or the GMLake simulation alone).
   std::uint64_t peak_live() const;
@@ -34,6 +37,10 @@ struct TraceReport {
   // The live bytes that utilization is measured against for the baselines:
   // the trace's own number when it has one.
   std::uint64_t reference_live() const;
+  // Memory taken beyond what was needed: peak reserved minus `needed`, when
+  // the policy fits and the search found a capacity (negative when it needed
+  // more under a limit than it took without one).
+  std::optional<std::int64_t> beyond_needed() const;
 };
 
 // Counts the trace's allocations, frees and streams into `r`.

@@ -1,6 +1,7 @@
 // memlake-replay --json: one object per trace per line, exact bytes and
 // nanoseconds (see report.hpp; docs/replay.md lists the fields).
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "replay/format.hpp"
@@ -24,7 +25,9 @@ std::string stats_json(const Stats& s) {
 }
 
 std::string percentiles_json(const Percentiles& p) {
-  return Json().key("count").u(p.count).key("median").u(p.median).key("p99").u(p.p99).done();
+  Json j;
+  j.key("count").u(p.count).key("median").u(p.median).key("p99").u(p.p99).key("max").u(p.max);
+  return j.done();
 }
 
 std::string slowest_json(const Trace& t, const std::vector<SlowAlloc>& slowest) {
@@ -78,9 +81,15 @@ std::string gmlake_json(const TraceReport& r) {
   return j.done();
 }
 
-std::int64_t after_warmup(const MemlakeResult& m, StatValue Stats::*field) {
-  if (!m.warmup) return -1;
-  return (m.stats.*field).current - ((*m.warmup).*field).current;
+template <class T>
+void value_or_null(Json& j, const std::optional<T>& v) {
+  if (!v) {
+    j.null();
+  } else if constexpr (std::is_signed_v<T>) {
+    j.i(*v);
+  } else {
+    j.u(*v);
+  }
 }
 
 template <class T, class F>
@@ -139,6 +148,11 @@ void add_memlake_timing(Json& j, const Trace& t, const MemlakeResult& m) {
   }));
   if (!m.steps.empty()) j.key("steps").raw(steps_json(t, m.steps));
   j.key("alloc_ns_after_warmup").raw(percentiles_json(m.alloc_ns_after_warmup));
+  j.key("alloc_ns_p99_after_warmup").u(m.alloc_ns_after_warmup.p99);
+  j.key("alloc_ns_max_after_warmup").u(m.alloc_ns_after_warmup.max);
+  j.key("allocator_ns_total").u(m.allocator_ns_total);
+  j.key("allocator_ns_total_after_warmup");
+  value_or_null(j, m.allocator_ns_total_after_warmup);
   Json by_path;
   for (int p = 0; p < kAllocPathCount; ++p)
     by_path.key(alloc_path_name(static_cast<AllocPath>(p)))
@@ -152,9 +166,11 @@ void add_memlake_vmm(Json& j, const MemlakeResult& m) {
   const Stats& s = m.stats;
   j.key("vmm_calls").i(s.vmm_calls.current);
   j.key("critical_path_vmm_calls").i(s.critical_path_vmm_calls.current);
-  const std::int64_t warm = after_warmup(m, &Stats::critical_path_vmm_calls);
   j.key("critical_path_vmm_calls_after_warmup");
-  warm >= 0 ? j.i(warm) : j.null();
+  value_or_null(j, after_warmup(m, &Stats::critical_path_vmm_calls));
+  j.key("critical_path_vmm_ns").i(s.critical_path_vmm_ns.current);
+  j.key("critical_path_vmm_ns_after_warmup");
+  value_or_null(j, after_warmup(m, &Stats::critical_path_vmm_ns));
   j.key("warmup_events").u(m.warmup_events);
   j.key("critical_path_vmm_calls_by_tenth")
       .raw(json_array(m.critical_path_by_tenth, [](std::int64_t c) { return std::to_string(c); }));
@@ -217,6 +233,11 @@ std::string json_line(const TraceReport& r) {
   if (r.capacity) j.key("capacity_limit_bytes").u(*r.capacity);
   add_search(j, r, "min_capacity", r.min_capacity);
   add_search(j, r, "gmlake_min_capacity", r.gmlake_min_capacity);
+  if (r.needed) {
+    add_search(j, r, "needed_capacity", r.needed);
+    j.key("beyond_needed_bytes");
+    value_or_null(j, r.beyond_needed());
+  }
   j.key("read_seconds").d(r.read_seconds);
   return j.done();
 }

@@ -71,25 +71,45 @@ void print_peaks(std::FILE* out, const TraceReport& r) {
 }
 
 void print_ns_per_op(std::FILE* out, const MemlakeResult& m) {
-  std::fprintf(out, "  %s %s %s %s\n", pad("ns per op", 16).c_str(), pad("count", 10, true).c_str(),
-               pad("median", 8, true).c_str(), pad("p99", 10, true).c_str());
+  std::fprintf(out, "  %s %s %s %s %s\n", pad("ns per op", 16).c_str(),
+               pad("count", 10, true).c_str(), pad("median", 8, true).c_str(),
+               pad("p99", 10, true).c_str(), pad("max", 12, true).c_str());
   auto ns_row = [&](const char* name, const Percentiles& p) {
-    std::fprintf(out, "    %s %s %s %s\n", pad(name, 14).c_str(),
+    std::fprintf(out, "    %s %s %s %s %s\n", pad(name, 14).c_str(),
                  pad(count(p.count), 10, true).c_str(), pad(count(p.median), 8, true).c_str(),
-                 pad(count(p.p99), 10, true).c_str());
+                 pad(count(p.p99), 10, true).c_str(), pad(count(p.max), 12, true).c_str());
   };
   ns_row("allocate", m.alloc_ns);
   ns_row("deallocate", m.free_ns);
   ns_row("all", m.all_ns);
+  ns_row("warm allocate", m.alloc_ns_after_warmup);
+}
+
+std::string ms(std::uint64_t ns) {
+  return fmt("%.2f ms", static_cast<double>(ns) / 1e6);
+}
+
+template <class T>
+std::string ms_or_na(const std::optional<T>& ns) {
+  return ns ? ms(static_cast<std::uint64_t>(*ns)) : std::string("n/a");
+}
+
+// Host time inside the allocator on the replaying thread, and the part of
+// it in VMM calls.
+void print_allocator_time(std::FILE* out, const MemlakeResult& m) {
+  line(out, "allocator time",
+       ms(m.allocator_ns_total) + " in allocate and deallocate (" +
+           ms_or_na(m.allocator_ns_total_after_warmup) + " after warm-up), " +
+           ms(static_cast<std::uint64_t>(m.stats.critical_path_vmm_ns.current)) +
+           " of it in VMM calls (" + ms_or_na(after_warmup(m, &Stats::critical_path_vmm_ns)) +
+           " after warm-up)");
 }
 
 // VMM calls in all, after warm-up, in each tenth and each step.
 void print_vmm_calls(std::FILE* out, const MemlakeResult& m) {
   const Stats& s = m.stats;
-  const std::string warm =
-      m.warmup ? count(static_cast<std::uint64_t>(s.critical_path_vmm_calls.current -
-                                                  m.warmup->critical_path_vmm_calls.current))
-               : std::string("n/a");
+  const std::optional<std::int64_t> after = after_warmup(m, &Stats::critical_path_vmm_calls);
+  const std::string warm = after ? count(static_cast<std::uint64_t>(*after)) : std::string("n/a");
   line(out, "VMM calls",
        count(static_cast<std::uint64_t>(s.vmm_calls.current)) + " total, " +
            count(static_cast<std::uint64_t>(s.critical_path_vmm_calls.current)) +
@@ -127,8 +147,9 @@ void print_after_warmup(std::FILE* out, const Trace& t, const MemlakeResult& m) 
                  count(q.median) + "/" + count(q.p99);
     }
     line(out, "after warm-up",
-         "allocate median/p99 ns " + count(m.alloc_ns_after_warmup.median) + "/" +
-             count(m.alloc_ns_after_warmup.p99) + "; by path " + by_path);
+         "allocate median/p99/max ns " + count(m.alloc_ns_after_warmup.median) + "/" +
+             count(m.alloc_ns_after_warmup.p99) + "/" + count(m.alloc_ns_after_warmup.max) +
+             "; by path " + by_path);
   }
   for (const SlowAlloc& a : m.slowest) {
     const Event& e = t.events[a.event];
@@ -164,6 +185,7 @@ void print_counters(std::FILE* out, const Stats& s) {
 void print_memlake(std::FILE* out, const TraceReport& r) {
   const MemlakeResult& m = *r.memlake;
   print_ns_per_op(out, m);
+  print_allocator_time(out, m);
   print_vmm_calls(out, m);
   print_after_warmup(out, *r.trace, m);
   print_counters(out, m.stats);
@@ -176,6 +198,25 @@ void print_gmlake(std::FILE* out, const TraceReport& r) {
            ", VMM calls " + count(gc.vmm_calls()) + ", cudaMalloc " + count(gc.cuda_malloc) +
            " (fragLimit " + mib(r.gmlake_options.frag_limit) + ", reuseLimit " +
            fmt("%g", r.gmlake_options.reuse_limit) + ")");
+}
+
+// Peak reserved minus the smallest capacity that fits.
+void print_beyond_needed(std::FILE* out, const TraceReport& r) {
+  if (!r.needed) return;
+  const std::optional<std::int64_t> beyond = r.beyond_needed();
+  std::string text;
+  if (beyond) {
+    const std::uint64_t size = static_cast<std::uint64_t>(*beyond < 0 ? -*beyond : *beyond);
+    text = (*beyond < 0 ? "-" : "") + gib(size) + " (" + (*beyond < 0 ? "-" : "") + count(size) +
+           " bytes): peak reserved " + gib(r.peak_reserved()) + ", fits in " +
+           gib(r.needed->bytes) + " (" + count(r.needed->bytes) + " bytes, " +
+           count(static_cast<std::uint64_t>(r.needed->tries)) + " tries)";
+  } else {
+    text = r.needed->found ? "n/a: the trace does not fit in the capacity replayed"
+                           : "n/a: no capacity found that fits (" +
+                                 count(static_cast<std::uint64_t>(r.needed->tries)) + " tries)";
+  }
+  line(out, "beyond needed", text);
 }
 
 // --capacity: whether each policy fits; --min-capacity: the smallest that does.
@@ -205,6 +246,7 @@ void print_capacity(std::FILE* out, const TraceReport& r) {
   if (r.min_capacity) line(out, "min capacity", "memlake " + min_text(*r.min_capacity));
   if (r.gmlake_min_capacity)
     line(out, "min capacity", "gmlake policy " + min_text(*r.gmlake_min_capacity));
+  print_beyond_needed(out, r);
 }
 
 void print_times(std::FILE* out, const TraceReport& r) {
