@@ -299,8 +299,20 @@ TEST(ReplayToolDeathTest, AnExceptionOnAnotherThreadEndsWithStatusThree) {
                  [](const Config&) { return std::make_unique<ThreadThrows>(); });
       },
       ::testing::ExitedWithCode(kExitAllocator),
-      "memlake-replay: .*replay_tool_thread.csv: an exception nothing caught ended the replay: "
+      "memlake-replay: .*replay_tool_thread.csv: an uncaught exception ended the run: "
       "exception \\(std::runtime_error\\): thrown on a worker");
+}
+
+TEST(ReplayToolDeathTest, AnUncaughtExceptionOutsideAReplayIsStatusFour) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        install_terminate_handler();
+        std::thread([] { throw std::length_error("outside"); }).join();
+      },
+      ::testing::ExitedWithCode(kExitTool),
+      "^memlake-replay: an uncaught exception ended the run: exception \\(std::length_error\\): "
+      "outside\n$");
 }
 
 TEST(ReplayErrors, ReplayMemlakeThrowsReplayErrorNamingTheLine) {

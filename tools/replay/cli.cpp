@@ -286,12 +286,8 @@ int replay_all(const ToolOptions& o, const ToolContext& context) {
     } catch (const ReplayError& e) {
       say(context.err, e.what());
       return kExitAllocator;
-    } catch (const std::exception& e) {
-      say(context.err, t.path + ": memlake-replay failed: " + describe_exception(e));
-      return kExitTool;
     } catch (...) {
-      say(context.err,
-          t.path + ": memlake-replay failed: an exception that is not a std::exception");
+      say(context.err, t.path + ": memlake-replay failed: " + current_exception_text());
       return kExitTool;
     }
   }
@@ -305,9 +301,9 @@ int replay_all(const ToolOptions& o, const ToolContext& context) {
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      cause = "an exception nothing caught ended the replay: " + describe_exception(ex);
+      cause = "an uncaught exception ended the run: " + describe_exception(ex);
     } catch (...) {
-      cause = "an exception nothing caught ended the replay (not a std::exception)";
+      cause = "an uncaught exception ended the run (not a std::exception)";
     }
   }
   std::fprintf(stderr, "memlake-replay: %s%s\n", trace ? (std::string(trace) + ": ").c_str() : "",
@@ -329,11 +325,8 @@ int run_replay_tool(const std::vector<std::string>& args, const ToolContext& con
     std::fprintf(context.err, "memlake-replay: %s\n(memlake-replay --help lists the options)\n",
                  e.what());
     return kExitBadInput;
-  } catch (const std::exception& e) {
-    say(context.err, "failed: " + describe_exception(e));
-    return kExitTool;
   } catch (...) {
-    say(context.err, "failed: an exception that is not a std::exception");
+    say(context.err, "failed: " + current_exception_text());
     return kExitTool;
   }
 }

@@ -150,6 +150,16 @@ std::string describe_exception(const std::exception& e) {
   return kind + " (" + type + "): " + what;
 }
 
+std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return describe_exception(e);
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
 Sampler::Sampler(std::size_t events, std::size_t points) {
   points = std::max<std::size_t>(points, 1);
   bucket_ = std::max<std::size_t>(1, (events + points - 1) / points);
@@ -186,10 +196,8 @@ class ReplayAllocator {
     try {
       alloc_ = setup.backend ? std::make_unique<Allocator>(config, setup.backend(config))
                              : std::make_unique<Allocator>(config);
-    } catch (const std::exception& e) {
-      throw ReplayError(trace_.path + ": cannot build the allocator: " + describe_exception(e));
     } catch (...) {
-      throw ReplayError(trace_.path + ": cannot build the allocator: " + kNotAnException);
+      throw ReplayError(trace_.path + ": cannot build the allocator: " + current_exception_text());
     }
     stream_of_.resize(trace_.events.size());
     std::unordered_map<std::uint64_t, Stream> streams;
@@ -197,7 +205,7 @@ class ReplayAllocator {
       const std::uint64_t id = trace_.events[i].stream;
       auto [it, inserted] = streams.try_emplace(id, nullptr);
       if (inserted && id != 0) {
-        it->second = guarded(i, "create_stream", [&] { return alloc_->create_stream(); });
+        it->second = guarded(i, "create_stream", 0, "", [&] { return alloc_->create_stream(); });
         created_.push_back(it->second);
       }
       stream_of_[i] = it->second;
@@ -210,51 +218,49 @@ class ReplayAllocator {
   Allocator* operator->() { return alloc_.get(); }
 
   // allocate() for event i; out_of_memory passes through, any other failure
-  // becomes a ReplayError naming the trace line.
+  // becomes a ReplayError naming the trace line. Nothing but the call runs
+  // unless it throws: the caller times it.
   void* allocate(std::size_t i) {
     const Event& e = trace_.events[i];
-    const std::string call = "allocate(" + std::to_string(e.bytes) + ")";
     try {
       return alloc_->allocate(e.bytes, stream_of_[i]);
     } catch (const out_of_memory&) {
       throw;
-    } catch (const std::exception& ex) {
-      throw failure(i, call, describe_exception(ex));
     } catch (...) {
-      throw failure(i, call, kNotAnException);
+      throw failure(i, call_text("allocate", e.bytes, ""), current_exception_text());
     }
   }
   // deallocate() of block `p` with the size and stream of event i (its free,
   // or its alloc when the trace left it live).
   void deallocate(std::size_t i, void* p, const char* when = "") {
     const Event& e = trace_.events[i];
-    guarded(i, "deallocate(" + std::to_string(e.bytes) + ")" + when,
-            [&] { alloc_->deallocate(p, e.bytes, stream_of_[i]); });
+    guarded(i, "deallocate", e.bytes, when, [&] { alloc_->deallocate(p, e.bytes, stream_of_[i]); });
   }
   // The streams go back once the trace's blocks have.
   void destroy_streams() {
-    for (Stream s : created_) guarded(0, "destroy_stream", [&] { alloc_->destroy_stream(s); });
+    for (Stream s : created_)
+      guarded(0, "destroy_stream", 0, "", [&] { alloc_->destroy_stream(s); });
     created_.clear();
   }
   ReplayError failure(std::size_t i, const std::string& call, const std::string& cause) const {
     return ReplayError(where(i) + call + " failed: " + cause);
   }
+  static std::string call_text(const char* call, std::size_t bytes, const char* when) {
+    return std::string(call) + (bytes ? "(" + std::to_string(bytes) + ")" : "") + when;
+  }
 
  private:
-  static constexpr const char* kNotAnException = "an exception that is not a std::exception";
-
   std::string where(std::size_t i) const {
     if (trace_.lines.empty()) return trace_.path + ": ";
     return trace_.path + ":" + std::to_string(trace_.lines[i]) + ": ";
   }
   template <class F>
-  auto guarded(std::size_t i, const std::string& call, F&& f) -> decltype(f()) {
+  auto guarded(std::size_t i, const char* call, std::size_t bytes, const char* when, F&& f)
+      -> decltype(f()) {
     try {
       return f();
-    } catch (const std::exception& ex) {
-      throw failure(i, call, describe_exception(ex));
     } catch (...) {
-      throw failure(i, call, kNotAnException);
+      throw failure(i, call_text(call, bytes, when), current_exception_text());
     }
   }
 
@@ -376,7 +382,7 @@ class MemlakeReplay {
     if (fresh) return;
     char addr[32];
     std::snprintf(addr, sizeof addr, "%p", p);
-    throw alloc_.failure(i, "allocate(" + std::to_string(trace_.events[i].bytes) + ")",
+    throw alloc_.failure(i, ReplayAllocator::call_text("allocate", trace_.events[i].bytes, ""),
                          std::string("it returned ") + addr + ", which is live since line " +
                              std::to_string(trace_.lines[it->second]));
   }

@@ -39,6 +39,8 @@ class ReplayError : public std::runtime_error {
 // (out of memory, misuse, backend error, host memory, ...) and what() with
 // line breaks flattened.
 std::string describe_exception(const std::exception& e);
+// The same for the exception being handled; only inside a catch block.
+std::string current_exception_text();
 
 // Makes the backend of an allocator: lets a caller (a test) put adaptors or
 // a faulty backend under a replay. Empty: the configuration's backend.
