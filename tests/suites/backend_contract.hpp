@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct BackendStack {
 std::vector<BackendStack> backend_stacks();
 
 std::string stack_name(const ::testing::TestParamInfo<BackendStack>& info);
+// gtest prints a parameter with this (in test listings, failures).
+inline void PrintTo(const BackendStack& stack, std::ostream* os) {
+  *os << stack.name;
+}
 
 class BackendContract : public ::testing::TestWithParam<BackendStack> {
  protected:
