@@ -1,20 +1,16 @@
-// Tests of CudaBackend on a GPU: the same VMM contract as HostBackend's
-// (bytes through two mappings of one chunk, stitched ranges, capacity), error
-// messages that name the driver call and its CUresult, the caller's current
-// device left alone, and streams/events. Every test skips without a GPU,
-// except the one that checks construction fails cleanly there.
+// CudaBackend beyond the backend contract (which tests/suites/ runs over it
+// and its adaptor stacks): its options (capacity fraction, peer access),
+// the driver's out of memory, error messages that name the driver call and
+// its CUresult, the caller's current device left alone, graph capture, and
+// make_backend's choice. Every test skips without a GPU, except the one that
+// checks construction fails cleanly there.
 #if MEMLAKE_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -55,27 +51,6 @@ int current_device() {
   return d;
 }
 
-class Gate {
- public:
-  void wait() {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-  void open() {
-    {
-      std::lock_guard lock(mutex_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  static void job(void* self) { static_cast<Gate*>(self)->wait(); }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
-
 TEST(CudaBackend, ConstructionFailsCleanlyWithoutAGpu) {
   if (CudaBackend::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   EXPECT_EQ(CudaBackend::device_count(), 0);
@@ -87,17 +62,13 @@ TEST(CudaBackend, ConstructionFailsCleanlyWithoutAGpu) {
   }
 }
 
-TEST(CudaBackend, ReportsGranularityAndCapacity) {
+TEST(CudaBackend, CapacityIsFreeMemoryAFractionOrExplicit) {
   SKIP_WITHOUT_GPU();
   CudaBackend b;
   EXPECT_STREQ(b.name(), "cuda");
   EXPECT_EQ(b.device(), 0);
   const std::size_t g = b.granularity();
-  EXPECT_GT(g, 0u);
-  EXPECT_EQ(g & (g - 1), 0u) << "granularity is a power of two";
-  EXPECT_GT(b.capacity(), 0u);
   EXPECT_LE(b.capacity(), b.total_memory()) << "default: free memory at start";
-  EXPECT_EQ(b.physical_bytes(), 0u);
 
   CudaBackendOptions o;
   o.capacity_fraction = 0.25;
@@ -106,34 +77,6 @@ TEST(CudaBackend, ReportsGranularityAndCapacity) {
             static_cast<std::size_t>(0.25 * static_cast<double>(quarter.total_memory())));
   o.capacity = 10 * g;
   EXPECT_EQ(CudaBackend(o).capacity(), 10 * g) << "an explicit capacity wins";
-}
-
-TEST(CudaBackend, OneChunkAtTwoAddressesShowsTheSameBytes) {
-  SKIP_WITHOUT_GPU();
-  CudaBackend b;
-  const std::size_t g = b.granularity();
-  ChunkHandle c = 0;
-  DevicePtr va = 0, vb = 0;
-  ASSERT_EQ(b.create_chunk(g, &c), Status::ok) << b.last_error();
-  EXPECT_EQ(b.physical_bytes(), g);
-  ASSERT_EQ(b.reserve(g, &va), Status::ok) << b.last_error();
-  ASSERT_EQ(b.reserve(g, &vb), Status::ok) << b.last_error();
-  EXPECT_EQ(va % g, 0u);
-  ASSERT_EQ(b.map(va, g, c), Status::ok) << b.last_error();
-  ASSERT_EQ(b.map(vb, g, c), Status::ok) << b.last_error();
-  ASSERT_EQ(b.set_access(va, g), Status::ok) << b.last_error();
-  ASSERT_EQ(b.set_access(vb, g), Status::ok) << b.last_error();
-
-  const auto data = pattern(g, 5);
-  to_device(va, data);
-  EXPECT_EQ(from_device(vb, g), data);
-
-  EXPECT_EQ(b.unmap(va, g), Status::ok) << b.last_error();
-  EXPECT_EQ(b.unmap(vb, g), Status::ok) << b.last_error();
-  EXPECT_EQ(b.release_chunk(c), Status::ok) << b.last_error();
-  EXPECT_EQ(b.physical_bytes(), 0u);
-  EXPECT_EQ(b.unreserve(va, g), Status::ok) << b.last_error();
-  EXPECT_EQ(b.unreserve(vb, g), Status::ok) << b.last_error();
 }
 
 // peer_access:all opens mappings to every device that can reach this one
@@ -181,76 +124,6 @@ TEST(CudaBackend, PeerAccessAllGrantsReachablePeersAndAMissingDeviceIsNamed) {
   EXPECT_TRUE(CudaBackend(self).peers().empty());
 }
 
-TEST(CudaBackend, StitchedRangeShowsBytesOfEachChunk) {
-  SKIP_WITHOUT_GPU();
-  CudaBackend b;
-  const std::size_t g = b.granularity();
-  ChunkHandle c1 = 0, c2 = 0;
-  DevicePtr v1 = 0, v2 = 0, s = 0;
-  ASSERT_EQ(b.create_chunk(g, &c1), Status::ok);
-  ASSERT_EQ(b.create_chunk(2 * g, &c2), Status::ok);
-  ASSERT_EQ(b.reserve(g, &v1), Status::ok);
-  ASSERT_EQ(b.reserve(2 * g, &v2), Status::ok);
-  ASSERT_EQ(b.reserve(3 * g, &s), Status::ok);
-  ASSERT_EQ(b.map(v1, g, c1), Status::ok);
-  ASSERT_EQ(b.map(v2, 2 * g, c2), Status::ok);
-  ASSERT_EQ(b.set_access(v1, g), Status::ok);
-  ASSERT_EQ(b.set_access(v2, 2 * g), Status::ok);
-  ASSERT_EQ(b.map(s, g, c1), Status::ok);
-  ASSERT_EQ(b.map(s + g, 2 * g, c2), Status::ok);
-  ASSERT_EQ(b.set_access(s, 3 * g), Status::ok) << "one call over the stitched range";
-
-  const auto data = pattern(3 * g, 9);
-  to_device(s, data);
-  const auto first = from_device(v1, g);
-  const auto second = from_device(v2, 2 * g);
-  EXPECT_TRUE(std::equal(first.begin(), first.end(), data.begin()));
-  EXPECT_TRUE(std::equal(second.begin(), second.end(), data.begin() + static_cast<long>(g)));
-
-  EXPECT_EQ(b.unmap(s, 3 * g), Status::ok) << b.last_error();
-  EXPECT_EQ(b.unmap(v1, g), Status::ok);
-  EXPECT_EQ(b.unmap(v2, 2 * g), Status::ok);
-  EXPECT_EQ(b.release_chunk(c1), Status::ok);
-  EXPECT_EQ(b.release_chunk(c2), Status::ok);
-  EXPECT_EQ(b.unreserve(s, 3 * g), Status::ok);
-  EXPECT_EQ(b.unreserve(v1, g), Status::ok);
-  EXPECT_EQ(b.unreserve(v2, 2 * g), Status::ok);
-}
-
-TEST(CudaBackend, ReleasedChunkStaysReadableWhileMapped) {
-  SKIP_WITHOUT_GPU();
-  CudaBackend b;
-  const std::size_t g = b.granularity();
-  ChunkHandle c = 0;
-  DevicePtr va = 0;
-  ASSERT_EQ(b.create_chunk(g, &c), Status::ok);
-  ASSERT_EQ(b.reserve(g, &va), Status::ok);
-  ASSERT_EQ(b.map(va, g, c), Status::ok);
-  ASSERT_EQ(b.set_access(va, g), Status::ok);
-  const auto data = pattern(g, 1);
-  to_device(va, data);
-  ASSERT_EQ(b.release_chunk(c), Status::ok) << b.last_error();
-  EXPECT_EQ(from_device(va, g), data);
-  EXPECT_EQ(b.unmap(va, g), Status::ok);
-  EXPECT_EQ(b.unreserve(va, g), Status::ok);
-}
-
-TEST(CudaBackend, CapacityGivesOutOfMemoryUntilAChunkIsReleased) {
-  SKIP_WITHOUT_GPU();
-  CudaBackendOptions o;
-  o.capacity = 3 * CudaBackend().granularity();
-  CudaBackend b(o);
-  const std::size_t g = b.granularity();
-  ChunkHandle c1 = 0, c2 = 0;
-  ASSERT_EQ(b.create_chunk(2 * g, &c1), Status::ok);
-  EXPECT_EQ(b.create_chunk(2 * g, &c2), Status::out_of_memory);
-  EXPECT_THAT(b.last_error(), HasSubstr("out of memory"));
-  EXPECT_EQ(b.physical_bytes(), 2 * g);
-  ASSERT_EQ(b.release_chunk(c1), Status::ok);
-  EXPECT_EQ(b.create_chunk(2 * g, &c2), Status::ok) << b.last_error();
-  EXPECT_EQ(b.release_chunk(c2), Status::ok);
-}
-
 TEST(CudaBackend, DriverOutOfMemoryIsReportedAsOutOfMemory) {
   SKIP_WITHOUT_GPU();
   CudaBackendOptions o;
@@ -286,13 +159,8 @@ TEST(CudaBackend, ErrorsNameTheCallAndTheResult) {
   EXPECT_THAT(b.last_error(), HasSubstr("cuMemAddressFree"));
   EXPECT_THAT(b.last_error(), HasSubstr("CUDA_ERROR_"));
 
-  EXPECT_EQ(b.map(va + 4096, g, c), Status::invalid_argument);
-  EXPECT_THAT(b.last_error(), HasSubstr("not aligned"));
-  EXPECT_EQ(b.map(va, 2 * g, c), Status::invalid_argument);
-  EXPECT_THAT(b.last_error(), HasSubstr("mapped whole"));
-  EXPECT_EQ(b.release_chunk(c + 12345), Status::invalid_argument);
-  EXPECT_THAT(b.last_error(), HasSubstr("unknown chunk handle"));
   EXPECT_EQ(b.create_chunk(g + 1, &c), Status::invalid_argument);
+  EXPECT_THAT(b.last_error(), HasSubstr("cuda: create_chunk"));
 
   ASSERT_EQ(b.map(va, g, c), Status::ok);
   EXPECT_NE(b.map(va, g, c), Status::ok) << "already mapped there";
@@ -349,37 +217,6 @@ TEST(CudaBackend, CallsLeaveTheCurrentDeviceAlone) {
   if (n < 2) GTEST_LOG_(INFO) << "one GPU: the caller already uses the backend's device";
 }
 
-TEST(CudaBackend, EventIsPendingWhileEarlierWorkRuns) {
-  SKIP_WITHOUT_GPU();
-  CudaBackend b;
-  StreamHandle sa = nullptr, sb = nullptr;
-  EventHandle e = nullptr;
-  ASSERT_EQ(b.stream_create(&sa), Status::ok);
-  ASSERT_EQ(b.stream_create(&sb), Status::ok);
-  ASSERT_EQ(b.event_create(&e), Status::ok);
-  EXPECT_EQ(b.event_query(e), Status::ok) << "never recorded counts as complete";
-
-  Gate gate;
-  std::atomic<bool> b_ran{false};
-  ASSERT_EQ(b.launch_host_func(sa, Gate::job, &gate), Status::ok);
-  ASSERT_EQ(b.event_record(e, sa), Status::ok);
-  EXPECT_EQ(b.event_query(e), Status::not_ready);
-  ASSERT_EQ(b.stream_wait_event(sb, e), Status::ok) << "returns without waiting";
-  ASSERT_EQ(b.launch_host_func(
-                sb, [](void* flag) { static_cast<std::atomic<bool>*>(flag)->store(true); }, &b_ran),
-            Status::ok);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_FALSE(b_ran.load()) << "stream B ran before A's event completed";
-  EXPECT_EQ(b.event_query(e), Status::not_ready);
-  gate.open();
-  ASSERT_EQ(b.stream_synchronize(sb), Status::ok);
-  EXPECT_TRUE(b_ran.load());
-  EXPECT_EQ(b.event_query(e), Status::ok);
-  EXPECT_EQ(b.event_destroy(e), Status::ok);
-  EXPECT_EQ(b.stream_destroy(sa), Status::ok);
-  EXPECT_EQ(b.stream_destroy(sb), Status::ok);
-}
-
 TEST(CudaBackend, StreamIsCapturingFollowsGraphCapture) {
   SKIP_WITHOUT_GPU();
   CudaBackend b;
@@ -402,31 +239,6 @@ TEST(CudaBackend, StreamIsCapturingFollowsGraphCapture) {
   ASSERT_EQ(b.stream_is_capturing(s, &capturing), Status::ok);
   EXPECT_FALSE(capturing);
   EXPECT_EQ(b.stream_destroy(s), Status::ok);
-}
-
-TEST(CudaBackend, ManyThreadsCreateAndMapConcurrently) {
-  SKIP_WITHOUT_GPU();
-  CudaBackend b;
-  const std::size_t g = b.granularity();
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      for (int r = 0; r < 10; ++r) {
-        ChunkHandle c = 0;
-        DevicePtr va = 0;
-        const bool ok = b.create_chunk(g, &c) == Status::ok && b.reserve(g, &va) == Status::ok &&
-                        b.map(va, g, c) == Status::ok && b.set_access(va, g) == Status::ok &&
-                        cudaMemset(reinterpret_cast<void*>(va), r, g) == cudaSuccess &&
-                        b.unmap(va, g) == Status::ok && b.release_chunk(c) == Status::ok &&
-                        b.unreserve(va, g) == Status::ok;
-        if (!ok) failures.fetch_add(1);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(b.physical_bytes(), 0u);
 }
 
 TEST(CudaBackend, FactoryPicksCudaWhenAGpuIsPresent) {

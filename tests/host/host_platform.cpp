@@ -1,8 +1,10 @@
 // The HostBackend platform for the shared suites: device memory is host
 // memory, so bytes are written and checked in place.
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "backend/adaptors/backend_adaptor.hpp"
 #include "backend/host/host_backend.hpp"
 #include "suites/platform.hpp"
 
@@ -15,7 +17,7 @@ class HostPlatform final : public Platform {
   std::string name() const override { return "host"; }
   std::unique_ptr<Backend> backend(std::size_t capacity) override {
     HostBackendOptions o;
-    o.capacity = capacity;
+    if (capacity != 0) o.capacity = capacity;
     return std::make_unique<HostBackend>(o);
   }
   void fill(void* p, std::size_t n, std::uint32_t seed) override {
@@ -39,6 +41,23 @@ class HostPlatform final : public Platform {
       if (bytes[i] != static_cast<unsigned char>(seed + i)) return false;
     return true;
   }
+  std::string leftovers(const Backend& b) const override {
+    const Backend* inner = &b;
+    while (const auto* adaptor = dynamic_cast<const BackendAdaptor*>(inner))
+      inner = &adaptor->upstream();
+    const auto* host = dynamic_cast<const HostBackend*>(inner);
+    if (!host) return "";
+    std::string left;
+    auto add = [&](std::size_t n, const char* what) {
+      if (n) left += (left.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    };
+    add(host->live_chunks(), "chunks");
+    add(host->mapped_ranges(), "mappings");
+    add(host->reserved_ranges(), "reservations");
+    return left;
+  }
+  // Each HostStream has a thread of its own.
+  bool host_functions_run_concurrently() const override { return true; }
 };
 
 }  // namespace

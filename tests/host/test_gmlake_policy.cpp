@@ -8,11 +8,7 @@
 #include <vector>
 
 #include "memlake/errors.hpp"
-#include "tools/replay/gmlake_policy.hpp"
-
-// The policy lives with the tool, not in the library; the test compiles it
-// in directly so that it does not depend on MEMLAKE_BUILD_TOOLS.
-#include "tools/replay/gmlake_policy.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "replay/gmlake_policy.hpp"
 
 namespace memlake {
 namespace {

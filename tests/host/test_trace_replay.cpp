@@ -1,16 +1,16 @@
-// The replay layer of memlake-replay (tools/replay/replay.cpp): sampling,
+// The replay layer of memlake-replay (the memlake_replay library): sampling,
 // percentiles, the capacity search, and small traces through memlake on the
 // HostBackend and through the GMLake policy.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 
-#include "tools/replay/replay.hpp"
-
-// Compiled in here like the policy (test_gmlake_policy.cpp), since the
-// replay code belongs to the tool, not to the library.
-#include "tools/replay/replay.cpp"  // NOLINT(bugprone-suspicious-include)
-#include "tools/replay/steps.cpp"   // NOLINT(bugprone-suspicious-include)
+#include "backend/adaptors/fault_backend.hpp"
+#include "backend/host/host_backend.hpp"
+#include "replay/capacity.hpp"
+#include "replay/replay.hpp"
+#include "replay/steps.hpp"
 
 namespace memlake {
 namespace {
@@ -36,7 +36,9 @@ TEST(TraceReplay, Percentiles) {
   EXPECT_EQ(p.count, 100u);
   EXPECT_EQ(p.median, 51u);
   EXPECT_EQ(p.p99, 99u);
+  EXPECT_EQ(p.max, 100u);
   EXPECT_EQ(percentiles({7}).p99, 7u);
+  EXPECT_EQ(percentiles({7}).max, 7u);
   EXPECT_EQ(percentiles({}).count, 0u);
 }
 
@@ -66,6 +68,38 @@ TEST(TraceReplay, FindMinCapacityGrowsThenBisects) {
   c = find_min_capacity(20 * MiB, 30 * MiB, 10 * MiB, 2 * MiB, fits);
   EXPECT_FALSE(c.found);
   EXPECT_EQ(c.tries, 3);
+}
+
+TEST(TraceReplay, NeededCapacityBisectsBetweenLiveAndReserved) {
+  auto fits = [](std::uint64_t c) { return c >= 37 * MiB; };
+  // Between 30 MiB live (28 cannot fit) and 50 MiB reserved: 11 steps.
+  CapacitySearch c = find_needed_capacity(30 * MiB, 50 * MiB, 1000 * MiB, 2 * MiB, fits);
+  EXPECT_TRUE(c.found);
+  EXPECT_EQ(c.bytes, 38 * MiB);
+  EXPECT_GE(c.tries, 3);
+  EXPECT_LE(c.tries, 4);  // ceil(log2(11))
+  // Only the peak itself fits: it is replayed to be sure.
+  auto at_peak = [](std::uint64_t c) { return c >= 50 * MiB; };
+  c = find_needed_capacity(30 * MiB, 50 * MiB, 1000 * MiB, 2 * MiB, at_peak);
+  EXPECT_TRUE(c.found);
+  EXPECT_EQ(c.bytes, 50 * MiB);
+  EXPECT_EQ(c.tries, 4 + 1);
+  // Live already at a whole step: nothing to bisect, one try.
+  int calls = 0;
+  c = find_needed_capacity(50 * MiB, 50 * MiB, 1000 * MiB, 2 * MiB, [&](std::uint64_t v) {
+    ++calls;
+    return v >= 50 * MiB;
+  });
+  EXPECT_EQ(c.bytes, 50 * MiB);
+  EXPECT_EQ(c.tries, 1);
+  EXPECT_EQ(calls, 1);
+  // Under a limit it needs more than it took without one: the search grows.
+  auto above = [](std::uint64_t c) { return c >= 61 * MiB; };
+  c = find_needed_capacity(30 * MiB, 50 * MiB, 1000 * MiB, 2 * MiB, above);
+  EXPECT_TRUE(c.found);
+  EXPECT_EQ(c.bytes, 62 * MiB);
+  auto never = [](std::uint64_t) { return false; };
+  EXPECT_FALSE(find_needed_capacity(30 * MiB, 50 * MiB, 60 * MiB, 2 * MiB, never).found);
 }
 
 // alloc a (4 MiB, default stream), b (4 MiB, stream 5), free a, alloc c
@@ -210,6 +244,70 @@ TEST(TraceReplay, PerStepStatsShowTheSteadyState) {
   std::int64_t total = 0;
   for (const StepReport& s : r.steps) total += s.critical_path_vmm_calls;
   EXPECT_EQ(total, r.stats.critical_path_vmm_calls.current);
+}
+
+// A 4 MiB block, then a 64 MiB one that needs new chunks after warm-up.
+constexpr const char* kGrowing =
+    "ts_us,op,id,bytes,stream\n0,alloc,1,4194304,0\n1,free,1,4194304,0\n"
+    "2,alloc,2,67108864,0\n3,free,2,67108864,0\n";
+
+TEST(TraceReplay, AllocatorTimeSumsTheTimedCallsAndSplitsAtWarmup) {
+  // Each chunk creation takes at least 2 ms, on the replaying thread (no
+  // worker): those milliseconds are in the allocator's time and in its VMM
+  // time, on their side of warm-up.
+  constexpr auto kCreate = std::chrono::milliseconds(2);
+  constexpr auto kCreateNs = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kCreate).count());
+  Replayable t(kGrowing, "growing.csv");
+  t.setup.warmup_fraction = 0.5;
+  t.setup.backend = [&](const Config&) {
+    auto f = std::make_unique<FaultBackend>(std::make_unique<HostBackend>());
+    f->add_latency(VmmOp::create, kCreate);
+    return f;
+  };
+  Config c = host_config(0);
+  c.worker = WorkerMode::off;
+  const MemlakeResult r = replay_memlake(t.setup, c);
+  ASSERT_TRUE(r.warmup.has_value());
+  const auto created_before = static_cast<std::uint64_t>(r.warmup->chunks_created.current);
+  const auto created = static_cast<std::uint64_t>(r.stats.chunks_created.current);
+  ASSERT_GE(created_before, 1u);
+  ASSERT_GT(created, created_before) << "the 64 MiB block needs new chunks after warm-up";
+
+  const auto vmm_ns = static_cast<std::uint64_t>(r.stats.critical_path_vmm_ns.current);
+  const auto vmm_ns_after = after_warmup(r, &Stats::critical_path_vmm_ns);
+  ASSERT_TRUE(vmm_ns_after.has_value());
+  EXPECT_GE(vmm_ns, created * kCreateNs);
+  EXPECT_GE(static_cast<std::uint64_t>(*vmm_ns_after), (created - created_before) * kCreateNs);
+  EXPECT_LE(static_cast<std::uint64_t>(*vmm_ns_after), vmm_ns - created_before * kCreateNs);
+
+  ASSERT_TRUE(r.allocator_ns_total_after_warmup.has_value());
+  const std::uint64_t total = r.allocator_ns_total, after = *r.allocator_ns_total_after_warmup;
+  EXPECT_GE(total, vmm_ns) << "VMM calls on this thread happen inside allocate and deallocate";
+  EXPECT_GE(after, static_cast<std::uint64_t>(*vmm_ns_after));
+  EXPECT_GE(total - after, created_before * kCreateNs) << "the first creation is before warm-up";
+  EXPECT_LE(total, static_cast<std::uint64_t>(r.seconds * 1e9)) << "timed calls within the replay";
+  EXPECT_LE(total, r.all_ns.count * r.all_ns.max);
+
+  EXPECT_EQ(r.alloc_ns_after_warmup.count, 1u);
+  EXPECT_GE(r.alloc_ns_after_warmup.max, kCreateNs);
+  EXPECT_LE(r.alloc_ns_after_warmup.max, r.alloc_ns.max);
+  EXPECT_LE(r.alloc_ns_after_warmup.max, after);
+
+  t.setup.timing = false;
+  const MemlakeResult untimed = replay_memlake(t.setup, c);
+  EXPECT_EQ(untimed.allocator_ns_total, 0u);
+}
+
+TEST(TraceReplay, AllocatorTimeAfterWarmupIsNoneWhenWarmupNeverEnds) {
+  Replayable t(kGrowing, "growing.csv");
+  t.setup.warmup_fraction = 0.75;  // three events; out of memory at the third
+  const MemlakeResult r = replay_memlake(t.setup, host_config(8 * MiB));
+  EXPECT_FALSE(r.fits);
+  EXPECT_FALSE(r.warmup.has_value());
+  EXPECT_FALSE(r.allocator_ns_total_after_warmup.has_value());
+  EXPECT_FALSE(after_warmup(r, &Stats::critical_path_vmm_ns).has_value());
+  EXPECT_GT(r.allocator_ns_total, 0u);
 }
 
 TEST(TraceReplay, MemlakeReportsWhereItRunsOutOfMemory) {

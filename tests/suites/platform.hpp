@@ -1,5 +1,6 @@
 // What a test suite needs from the machine it runs on: a backend to build
-// allocators over, and a way to write and check bytes at device addresses.
+// allocators over, a way to write and check bytes at device addresses, and
+// what the backend contract suites may ask of it beyond the contract.
 // tests/host/ and tests/cuda/ each define make_test_platform(); a platform
 // that cannot run here (no GPU) returns nullptr and the suites skip.
 #pragma once
@@ -17,12 +18,21 @@ class Platform {
  public:
   virtual ~Platform() = default;
   virtual std::string name() const = 0;
-  // A fresh backend with at most `capacity` bytes of chunks.
+  // A fresh backend with at most `capacity` bytes of chunks (0: the
+  // backend's default).
   virtual std::unique_ptr<Backend> backend(std::size_t capacity) = 0;
   // Writes a pattern derived from `seed` over [p, p+n).
   virtual void fill(void* p, std::size_t n, std::uint32_t seed) = 0;
   // True when [p, p+n) holds the pattern of `seed`.
   virtual bool check(const void* p, std::size_t n, std::uint32_t seed) = 0;
+  // What a backend of this platform (under any adaptors) still holds:
+  // chunks, mappings, reservations, as text; "" when it holds nothing or
+  // when the platform cannot tell.
+  virtual std::string leftovers(const Backend&) const { return ""; }
+  // Whether host functions on different streams run at the same time, so
+  // that one blocked host function holds up its own stream only. The CUDA
+  // runtime may run every stream's host functions on one thread.
+  virtual bool host_functions_run_concurrently() const { return false; }
 };
 
 std::unique_ptr<Platform> make_test_platform();

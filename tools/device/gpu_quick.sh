@@ -44,7 +44,7 @@ for line in sys.stdin:
         d["trace"][:20], d["peak_reserved_bytes"] / 2**30, d["utilization"],
         "%.2f GiB ratio %.3f" % (a / 2**30, d["peak_reserved_bytes"] / a) if a else "n/a",
         w["median"], w["p99"], d["critical_path_vmm_calls_after_warmup"],
-        {k: (v["median"], v["p99"]) for k, v in d["alloc_ns_after_warmup_by_path"].items() if v["count"]}))
+        {k: (v["median"], v["p99"]) for k, v in d["alloc_ns_after_warmup_by_rung"].items() if v["count"]}))
 ' | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so

@@ -1,6 +1,8 @@
 // cudaMallocAsync replay (see async_replay.hpp). Built only with the CUDA
 // toolkit; elsewhere it says why it did not run.
-#include "async_replay.hpp"
+#include "replay/async_replay.hpp"
+
+#include "replay/format.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -102,5 +104,43 @@ AsyncResult replay_cuda_async(const ReplaySetup&, int) {
   return r;
 }
 #endif
+
+namespace {
+
+double memlake_ratio(const AsyncResult& a, std::uint64_t memlake_peak) {
+  return a.ran && a.reserved_high && memlake_peak ? ratio(memlake_peak, a.reserved_high) : 0;
+}
+
+}  // namespace
+
+void print_cuda_async(std::FILE* out, const AsyncResult& a, std::uint64_t memlake_peak) {
+  if (!a.ran) {
+    std::fprintf(out, "  cudaMallocAsync  not run: %s\n\n", a.why_not.c_str());
+    return;
+  }
+  std::fprintf(out,
+               "  cudaMallocAsync  measured here: peak reserved %s, used high %s; memlake / it "
+               "%.3f; ns per alloc median/p99 %llu/%llu (after warm-up %llu/%llu), free "
+               "%llu/%llu\n\n",
+               gib(a.reserved_high).c_str(), gib(a.used_high).c_str(),
+               memlake_ratio(a, memlake_peak), static_cast<unsigned long long>(a.alloc_ns.median),
+               static_cast<unsigned long long>(a.alloc_ns.p99),
+               static_cast<unsigned long long>(a.alloc_ns_after_warmup.median),
+               static_cast<unsigned long long>(a.alloc_ns_after_warmup.p99),
+               static_cast<unsigned long long>(a.free_ns.median),
+               static_cast<unsigned long long>(a.free_ns.p99));
+}
+
+std::string cuda_async_json_member(const AsyncResult& a, std::uint64_t memlake_peak) {
+  if (!a.ran) return ",\"cuda_async_measured\":null";
+  Json j;
+  j.key("peak_reserved_bytes").u(a.reserved_high).key("used_high_bytes").u(a.used_high);
+  j.key("memlake_ratio").d(memlake_ratio(a, memlake_peak));
+  j.key("alloc_ns_median").u(a.alloc_ns.median).key("free_ns_median").u(a.free_ns.median);
+  j.key("alloc_ns_p99").u(a.alloc_ns.p99).key("free_ns_p99").u(a.free_ns.p99);
+  j.key("alloc_ns_after_warmup_median").u(a.alloc_ns_after_warmup.median);
+  j.key("alloc_ns_after_warmup_p99").u(a.alloc_ns_after_warmup.p99);
+  return ",\"cuda_async_measured\":" + j.done();
+}
 
 }  // namespace memlake

@@ -5,9 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 namespace memlake {
 
@@ -21,5 +22,12 @@ struct AsyncResult {
 };
 
 AsyncResult replay_cuda_async(const ReplaySetup& setup, int device);
+
+// What the table and the JSON say about it beside memlake's peak reserved
+// (0: memlake was not replayed).
+void print_cuda_async(std::FILE* out, const AsyncResult& a, std::uint64_t memlake_peak);
+// ,"cuda_async_measured":{...} (or null when it did not run), to append to
+// the trace's JSON object.
+std::string cuda_async_json_member(const AsyncResult& a, std::uint64_t memlake_peak);
 
 }  // namespace memlake

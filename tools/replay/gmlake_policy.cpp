@@ -3,7 +3,7 @@
 // get_fused_fragmented_blocks (stitch), realloc_block (new_segment),
 // release_cached_blocks, update_block/free_block (free), and
 // garbage_collect_fused_blocks (collect_fused).
-#include "gmlake_policy.hpp"
+#include "replay/gmlake_policy.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -522,95 +522,128 @@ void GmlakePolicy::free(std::uint64_t id) {
   for (std::uint32_t p : to_free) free_piece(p);
 }
 
-std::string GmlakePolicy::check_invariants() const {
-  auto fail = [](const std::string& what, std::uint64_t x) {
-    return what + " (" + std::to_string(x) + ")";
-  };
-  std::uint64_t reserved = 0;
-  for (const Segment& s : segments_) {
-    if (!s.released) reserved += s.size;
-  }
-  if (reserved != reserved_) return fail("reserved bytes differ from the live segments", reserved);
-  std::vector<std::uint64_t> tiled(segments_.size(), 0);
-  std::vector<int> users(chunks_.size(), 0);
+namespace {
+
+std::string invariant_broken(const std::string& what, std::uint64_t x) {
+  return what + " (" + std::to_string(x) + ")";
+}
+
+}  // namespace
+
+struct GmlakePolicy::Tally {
+  explicit Tally(const GmlakePolicy& g)
+      : tiled(g.segments_.size(), 0), users(g.chunks_.size(), 0) {}
+  std::vector<std::uint64_t> tiled;  // bytes of blocks per segment
+  std::vector<int> users;            // callers per chunk
   std::size_t pooled_small = 0, pooled_large = 0, pooled_fused = 0;
-  for (std::uint32_t b = 0; b < blocks_.size(); ++b) {
-    const Block& blk = blocks_[b];
-    if (blk.state == State::dead) continue;
-    const bool pooled = blk.state == State::pooled;
-    if (blk.kind != Kind::fused) {
-      tiled[blk.segment] += blk.size;
-      if (pooled) {
-        const Pool& pool = blk.kind == Kind::small ? small_pool_ : large_pool_;
-        if (!pool.count(key(b))) return fail("pooled block missing from its pool", b);
-        blk.kind == Kind::small ? ++pooled_small : ++pooled_large;
-        for (std::uint32_t nb : {blk.prev, blk.next}) {
-          if (nb != kNone && blocks_[nb].state == State::pooled) {
-            return fail("two adjacent free blocks were not merged", b);
-          }
-        }
-      }
-      if (blk.prev != kNone && blocks_[blk.prev].next != b) return fail("broken prev link", b);
-      if (blk.next != kNone && blocks_[blk.next].prev != b) return fail("broken next link", b);
-      if (blk.kind == Kind::small) continue;
-      const std::uint32_t n = piece_chunks(blk);
-      if (blk.free_chunks != (pooled ? n : 0)) return fail("piece free chunk count", b);
-      for (std::uint32_t i = 0; i < n; ++i) {
-        const std::uint32_t c = chunk_id(blk, i);
-        if (chunks_[c].owner != b) return fail("chunk owner is not its piece", c);
-        if (chunks_[c].free != pooled) return fail("chunk state differs from its piece's", c);
-        if (blk.state == State::allocated) ++users[c];
-      }
-      if (blk.state != State::pooled && blk.state != State::allocated &&
-          blk.state != State::covered) {
-        return fail("piece in an sBlock state", b);
-      }
-    } else {
-      if (pooled) {
-        if (!fused_pool_.count(key(b))) return fail("free sBlock missing from the pool", b);
-        ++pooled_fused;
-      }
-      std::uint32_t free_chunks = 0;
-      for (std::uint32_t i = 0; i < blk.chunks.size(); ++i) {
-        const Chunk& ch = chunks_[blk.chunks[i]];
-        if (ch.released) {
-          if (!blk.gc_on_free) return fail("sBlock maps a released chunk", b);
-          continue;
-        }
-        if (std::find(ch.sblocks.begin(), ch.sblocks.end(), b) == ch.sblocks.end()) {
-          return fail("chunk does not list its sBlock", b);
-        }
-        if (ch.free) ++free_chunks;
-        if (blk.state == State::allocated && i < blk.used_chunks) ++users[blk.chunks[i]];
-      }
-      if (!blk.gc_on_free && free_chunks != blk.free_chunks) return fail("sBlock free count", b);
-      if (pooled && free_chunks != blk.chunks.size()) return fail("free sBlock not all free", b);
-      if (blk.state == State::fragmented && free_chunks == blk.chunks.size()) {
-        return fail("fragmented sBlock is all free", b);
+};
+
+std::string GmlakePolicy::check_piece(std::uint32_t b, Tally& tally) const {
+  const Block& blk = blocks_[b];
+  const bool pooled = blk.state == State::pooled;
+  tally.tiled[blk.segment] += blk.size;
+  if (pooled) {
+    const Pool& pool = blk.kind == Kind::small ? small_pool_ : large_pool_;
+    if (!pool.count(key(b))) return invariant_broken("pooled block missing from its pool", b);
+    blk.kind == Kind::small ? ++tally.pooled_small : ++tally.pooled_large;
+    for (std::uint32_t nb : {blk.prev, blk.next}) {
+      if (nb != kNone && blocks_[nb].state == State::pooled) {
+        return invariant_broken("two adjacent free blocks were not merged", b);
       }
     }
   }
-  if (pooled_small != small_pool_.size() || pooled_large != large_pool_.size() ||
-      pooled_fused != fused_pool_.size()) {
+  if (blk.prev != kNone && blocks_[blk.prev].next != b)
+    return invariant_broken("broken prev link", b);
+  if (blk.next != kNone && blocks_[blk.next].prev != b)
+    return invariant_broken("broken next link", b);
+  if (blk.kind == Kind::small) return {};
+  const std::uint32_t n = piece_chunks(blk);
+  if (blk.free_chunks != (pooled ? n : 0)) return invariant_broken("piece free chunk count", b);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t c = chunk_id(blk, i);
+    if (chunks_[c].owner != b) return invariant_broken("chunk owner is not its piece", c);
+    if (chunks_[c].free != pooled)
+      return invariant_broken("chunk state differs from its piece's", c);
+    if (blk.state == State::allocated) ++tally.users[c];
+  }
+  if (blk.state != State::pooled && blk.state != State::allocated && blk.state != State::covered) {
+    return invariant_broken("piece in an sBlock state", b);
+  }
+  return {};
+}
+
+std::string GmlakePolicy::check_sblock(std::uint32_t b, Tally& tally) const {
+  const Block& blk = blocks_[b];
+  const bool pooled = blk.state == State::pooled;
+  if (pooled) {
+    if (!fused_pool_.count(key(b))) return invariant_broken("free sBlock missing from the pool", b);
+    ++tally.pooled_fused;
+  }
+  std::uint32_t free_chunks = 0;
+  for (std::uint32_t i = 0; i < blk.chunks.size(); ++i) {
+    const Chunk& ch = chunks_[blk.chunks[i]];
+    if (ch.released) {
+      if (!blk.gc_on_free) return invariant_broken("sBlock maps a released chunk", b);
+      continue;
+    }
+    if (std::find(ch.sblocks.begin(), ch.sblocks.end(), b) == ch.sblocks.end()) {
+      return invariant_broken("chunk does not list its sBlock", b);
+    }
+    if (ch.free) ++free_chunks;
+    if (blk.state == State::allocated && i < blk.used_chunks) ++tally.users[blk.chunks[i]];
+  }
+  if (!blk.gc_on_free && free_chunks != blk.free_chunks)
+    return invariant_broken("sBlock free count", b);
+  if (pooled && free_chunks != blk.chunks.size())
+    return invariant_broken("free sBlock not all free", b);
+  if (blk.state == State::fragmented && free_chunks == blk.chunks.size()) {
+    return invariant_broken("fragmented sBlock is all free", b);
+  }
+  return {};
+}
+
+std::string GmlakePolicy::check_tally(const Tally& tally) const {
+  if (tally.pooled_small != small_pool_.size() || tally.pooled_large != large_pool_.size() ||
+      tally.pooled_fused != fused_pool_.size()) {
     return "a pool holds a block that is not free";
   }
   for (std::uint32_t s = 0; s < segments_.size(); ++s) {
-    if (!segments_[s].released && tiled[s] != segments_[s].size) {
-      return fail("blocks do not tile their segment", s);
+    if (!segments_[s].released && tally.tiled[s] != segments_[s].size) {
+      return invariant_broken("blocks do not tile their segment", s);
     }
   }
   for (std::uint32_t c = 0; c < chunks_.size(); ++c) {
     if (chunks_[c].released) continue;
-    if (users[c] > 1) return fail("chunk serves two callers", c);
-    if ((users[c] == 0) != chunks_[c].free) return fail("chunk use differs from its flag", c);
+    if (tally.users[c] > 1) return invariant_broken("chunk serves two callers", c);
+    if ((tally.users[c] == 0) != chunks_[c].free)
+      return invariant_broken("chunk use differs from its flag", c);
     for (std::uint32_t s : chunks_[c].sblocks) {
       if (blocks_[s].kind != Kind::fused || blocks_[s].state == State::dead) {
-        return fail("chunk lists a dead sBlock", c);
+        return invariant_broken("chunk lists a dead sBlock", c);
       }
     }
   }
+  return {};
+}
+
+std::string GmlakePolicy::check_invariants() const {
+  std::uint64_t reserved = 0;
+  for (const Segment& s : segments_) {
+    if (!s.released) reserved += s.size;
+  }
+  if (reserved != reserved_)
+    return invariant_broken("reserved bytes differ from the live segments", reserved);
+  Tally tally(*this);
+  for (std::uint32_t b = 0; b < blocks_.size(); ++b) {
+    if (blocks_[b].state == State::dead) continue;
+    const std::string broken =
+        blocks_[b].kind == Kind::fused ? check_sblock(b, tally) : check_piece(b, tally);
+    if (!broken.empty()) return broken;
+  }
+  if (std::string broken = check_tally(tally); !broken.empty()) return broken;
   for (const auto& [id, live] : live_) {
-    if (blocks_[live.block].state != State::allocated) return fail("live id not allocated", id);
+    if (blocks_[live.block].state != State::allocated)
+      return invariant_broken("live id not allocated", id);
   }
   return {};
 }

@@ -186,6 +186,12 @@ class GmlakePolicy {
   std::uint32_t split_front(std::uint32_t b, std::uint64_t size);
   void set_owner(std::uint32_t b);
 
+  // The parts of check_invariants(): each returns what is broken, or "".
+  struct Tally;
+  std::string check_piece(std::uint32_t b, Tally& tally) const;
+  std::string check_sblock(std::uint32_t b, Tally& tally) const;
+  std::string check_tally(const Tally& tally) const;
+
   GmlakeOptions options_;
   GmlakeCounters counters_;
   std::vector<Block> blocks_;

@@ -1,18 +1,24 @@
 // Replay loops of memlake-replay (see replay.hpp). Only the allocate and
 // deallocate calls sit between the two clock reads; stream lookups, stats
 // snapshots and sampling happen outside them.
-#include "replay.hpp"
+#include "replay/replay.hpp"
+
+#include <cxxabi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <numeric>
 #include <string_view>
+#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
-#include "steps.hpp"
+#include "replay/steps.hpp"
 
 namespace memlake {
 
@@ -32,12 +38,12 @@ std::uint32_t ns_between(Clock::time_point a, Clock::time_point b) {
 class ProgressBar {
  public:
   ProgressBar(const Progress& p, std::size_t total)
-      : enabled_(p.enabled && total > 0), label_(p.label), total_(total) {
+      : enabled_(p.enabled && total > 0), stream_(p.stream), label_(p.label), total_(total) {
     step_ = std::max<std::size_t>(1, total / 100);  // one redraw per percent
     if (enabled_) draw(0);
   }
   ~ProgressBar() {
-    if (enabled_) std::fprintf(stderr, "\r\033[K");
+    if (enabled_) std::fprintf(stream_, "\r\033[K");
   }
   void tick(std::size_t done) {
     if (enabled_ && done % step_ == 0) draw(done);
@@ -51,11 +57,12 @@ class ProgressBar {
     char bar[kWidth + 1];
     for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
     bar[kWidth] = '\0';
-    std::fprintf(stderr, "\r\033[K%s [%s] %3d%%", label_.c_str(), bar, static_cast<int>(f * 100));
-    std::fflush(stderr);
+    std::fprintf(stream_, "\r\033[K%s [%s] %3d%%", label_.c_str(), bar, static_cast<int>(f * 100));
+    std::fflush(stream_);
   }
 
   bool enabled_;
+  std::FILE* stream_;
   std::string label_;
   std::size_t total_;
   std::size_t step_ = 1;
@@ -112,11 +119,46 @@ class SlowestAllocs {
   std::vector<SlowAlloc> heap_;
 };
 
-std::string where(const Trace& t, std::size_t i) {
-  return t.path + ":" + std::to_string(t.lines[i]) + ": ";
+}  // namespace
+
+std::string describe_exception(const std::exception& e) {
+  std::string kind;
+  if (dynamic_cast<const out_of_memory*>(&e)) {
+    kind = "out of memory";
+  } else if (dynamic_cast<const misuse*>(&e)) {
+    kind = "misuse";
+  } else if (dynamic_cast<const backend_error*>(&e)) {
+    kind = "backend error";
+  } else if (dynamic_cast<const config_error*>(&e)) {
+    kind = "configuration error";
+  } else if (dynamic_cast<const error*>(&e)) {
+    kind = "error";
+  } else if (dynamic_cast<const std::bad_alloc*>(&e)) {
+    kind = "a host memory request failed";
+  } else {
+    kind = "exception";
+  }
+  std::string what = e.what();
+  for (char& c : what) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  // The type says what a bare what() (such as "std::bad_alloc") may not.
+  int status = 0;
+  char* name = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
+  const std::string type = status == 0 && name ? name : typeid(e).name();
+  std::free(name);
+  return kind + " (" + type + "): " + what;
 }
 
-}  // namespace
+std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return describe_exception(e);
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
 
 Sampler::Sampler(std::size_t events, std::size_t points) {
   points = std::max<std::size_t>(points, 1);
@@ -140,188 +182,324 @@ Percentiles percentiles(std::vector<std::uint32_t> ns) {
   const std::size_t rank = std::max<std::size_t>(1, (ns.size() * 99 + 99) / 100) - 1;
   std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(rank), ns.end());
   p.p99 = ns[rank];
+  p.max = *std::max_element(ns.begin(), ns.end());
   return p;
 }
 
-MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
-  const Trace& t = *setup.trace;
-  const std::vector<std::uint32_t>& alloc_of = *setup.alloc_of;
-  const std::size_t n = t.events.size();
-  MemlakeResult r;
-  Allocator alloc(config);
-  r.backend = alloc.backend_name();
-  r.capacity = alloc.capacity();
-  r.granularity = alloc.granularity();
+namespace {
 
-  // Trace stream ids become the allocator's streams; 0 is the default stream.
-  std::unordered_map<std::uint64_t, Stream> streams;
-  std::vector<Stream> created;
-  std::vector<Stream> stream_of(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    auto [it, inserted] = streams.try_emplace(t.events[i].stream, nullptr);
-    if (inserted && t.events[i].stream != 0) {
-      it->second = alloc.create_stream();
-      created.push_back(it->second);
+// The allocator of a replay, with the streams standing for the trace's
+// stream ids (0 is the default stream), made before the first event.
+class ReplayAllocator {
+ public:
+  ReplayAllocator(const ReplaySetup& setup, const Config& config) : trace_(*setup.trace) {
+    try {
+      alloc_ = setup.backend ? std::make_unique<Allocator>(config, setup.backend(config))
+                             : std::make_unique<Allocator>(config);
+    } catch (...) {
+      throw ReplayError(trace_.path + ": cannot build the allocator: " + current_exception_text());
     }
-    stream_of[i] = it->second;
+    stream_of_.resize(trace_.events.size());
+    std::unordered_map<std::uint64_t, Stream> streams;
+    for (std::size_t i = 0; i < trace_.events.size(); ++i) {
+      const std::uint64_t id = trace_.events[i].stream;
+      auto [it, inserted] = streams.try_emplace(id, nullptr);
+      if (inserted && id != 0) {
+        it->second = guarded(i, "create_stream", 0, "", [&] { return alloc_->create_stream(); });
+        created_.push_back(it->second);
+      }
+      stream_of_[i] = it->second;
+    }
+  }
+  ReplayAllocator(const ReplayAllocator&) = delete;
+  ReplayAllocator& operator=(const ReplayAllocator&) = delete;
+
+  Allocator& operator*() { return *alloc_; }
+  Allocator* operator->() { return alloc_.get(); }
+
+  // allocate() for event i; out_of_memory passes through, any other failure
+  // becomes a ReplayError naming the trace line. Nothing but the call runs
+  // unless it throws: the caller times it.
+  void* allocate(std::size_t i) {
+    const Event& e = trace_.events[i];
+    try {
+      return alloc_->allocate(e.bytes, stream_of_[i]);
+    } catch (const out_of_memory&) {
+      throw;
+    } catch (...) {
+      throw failure(i, call_text("allocate", e.bytes, ""), current_exception_text());
+    }
+  }
+  // deallocate() of block `p` with the size and stream of event i (its free,
+  // or its alloc when the trace left it live).
+  void deallocate(std::size_t i, void* p, const char* when = "") {
+    const Event& e = trace_.events[i];
+    guarded(i, "deallocate", e.bytes, when, [&] { alloc_->deallocate(p, e.bytes, stream_of_[i]); });
+  }
+  // The streams go back once the trace's blocks have.
+  void destroy_streams() {
+    for (Stream s : created_)
+      guarded(0, "destroy_stream", 0, "", [&] { alloc_->destroy_stream(s); });
+    created_.clear();
+  }
+  ReplayError failure(std::size_t i, const std::string& call, const std::string& cause) const {
+    return ReplayError(where(i) + call + " failed: " + cause);
+  }
+  static std::string call_text(const char* call, std::size_t bytes, const char* when) {
+    return std::string(call) + (bytes ? "(" + std::to_string(bytes) + ")" : "") + when;
   }
 
-  std::vector<void*> ptr(n, nullptr);
-  std::unordered_map<void*, std::size_t> live;
-  live.reserve(4096);
-  std::vector<std::uint32_t> alloc_ns;
-  std::vector<std::uint32_t> free_ns;
-  std::vector<std::uint8_t> alloc_path;
-  PathRecorder recorder;
-  if (setup.timing) {
-    alloc.add_observer(&recorder);
-    alloc_path.reserve(n / 2 + 1);
-    alloc_ns.reserve(n / 2 + 1);
-    free_ns.reserve(n / 2 + 1);
+ private:
+  std::string where(std::size_t i) const {
+    if (trace_.lines.empty()) return trace_.path + ": ";
+    return trace_.path + ":" + std::to_string(trace_.lines[i]) + ": ";
   }
-  const std::size_t warm =
-      std::min(n, static_cast<std::size_t>(static_cast<double>(n) *
-                                           std::clamp(setup.warmup_fraction, 0.0, 1.0)));
-  r.warmup_events = warm;
-  Sampler sampler(n, std::max<std::size_t>(setup.series_points, 1));
-  SlowestAllocs slowest(setup.timing ? setup.slowest : 0);
-  Stats before;
-  ProgressBar bar(setup.progress, n);
+  template <class F>
+  auto guarded(std::size_t i, const char* call, std::size_t bytes, const char* when, F&& f)
+      -> decltype(f()) {
+    try {
+      return f();
+    } catch (...) {
+      throw failure(i, call_text(call, bytes, when), current_exception_text());
+    }
+  }
 
-  const Clock::time_point start = Clock::now();
-  std::size_t i = 0;
-  std::int64_t critical_at_tenth = 0;
-  std::size_t allocs_at_tenth = 0;
-  std::size_t allocs_at_warmup = 0;
-  const std::vector<std::size_t> step_starts = detect_steps(t);
-  std::size_t next_step = 0;
-  Stats at_step;
-  std::size_t allocs_at_step = 0;
-  auto close_step = [&](std::size_t first_event) {
-    const Stats now = alloc.stats();
+  const Trace& trace_;
+  std::unique_ptr<Allocator> alloc_;
+  std::vector<Stream> stream_of_;
+  std::vector<Stream> created_;
+};
+
+// One replay of a trace through memlake::Allocator: the event loop, and what
+// it measures at each boundary (end of warm-up, each tenth, each step).
+class MemlakeReplay {
+ public:
+  MemlakeReplay(const ReplaySetup& setup, const Config& config)
+      : setup_(setup),
+        trace_(*setup.trace),
+        n_(trace_.events.size()),
+        alloc_(setup, config),
+        warm_(std::min(n_, static_cast<std::size_t>(static_cast<double>(n_) *
+                                                    std::clamp(setup.warmup_fraction, 0.0, 1.0)))),
+        sampler_(n_, std::max<std::size_t>(setup.series_points, 1)),
+        slowest_(setup.timing ? setup.slowest : 0),
+        step_starts_(detect_steps(trace_)) {
+    r_.backend = alloc_->backend_name();
+    r_.capacity = alloc_->capacity();
+    r_.granularity = alloc_->granularity();
+    r_.warmup_events = warm_;
+    ptr_.assign(n_, nullptr);
+    live_.reserve(4096);
+    if (setup_.timing) {
+      alloc_->add_observer(&recorder_);
+      alloc_path_.reserve(n_ / 2 + 1);
+      alloc_ns_.reserve(n_ / 2 + 1);
+      free_ns_.reserve(n_ / 2 + 1);
+    }
+  }
+
+  MemlakeResult run() {
+    replay_events();
+    give_back_live_blocks();
+    summarize_timings();
+    return std::move(r_);
+  }
+
+ private:
+  void replay_events() {
+    ProgressBar bar(setup_.progress, n_);
+    const Clock::time_point start = Clock::now();
+    std::size_t i = 0;
+    for (; i < n_; ++i) {
+      at_boundaries(i);
+      if (trace_.events[i].op == TraceOp::alloc) {
+        if (!replay_alloc(i)) break;
+      } else {
+        replay_free(i);
+      }
+      if (setup_.series_points)
+        sampler_.add(i, static_cast<std::uint64_t>(alloc_->stats().reserved_bytes.current));
+      bar.tick(i);
+    }
+    r_.seconds = seconds_since(start);
+    if (n_ > 0) close_tenth();
+    if (!step_starts_.empty()) close_step();
+    r_.events_replayed = i;
+    r_.stats = alloc_->stats();
+    if (!r_.warmup && i == warm_) r_.warmup = r_.stats;
+    if (warm_ >= i) {  // warm-up never ended
+      allocs_at_warmup_ = alloc_ns_.size();
+      frees_at_warmup_ = free_ns_.size();
+    }
+  }
+
+  // Snapshots before event i: the end of warm-up, of a tenth, of a step.
+  void at_boundaries(std::size_t i) {
+    if (i == warm_) {
+      r_.warmup = alloc_->stats();
+      allocs_at_warmup_ = alloc_ns_.size();
+      frees_at_warmup_ = free_ns_.size();
+    }
+    if (i > 0 && i * 10 / n_ != (i - 1) * 10 / n_) close_tenth();
+    if (next_step_ < step_starts_.size() && i == step_starts_[next_step_]) {
+      close_step();
+      step_began_ = i;
+      ++next_step_;
+    }
+  }
+
+  // False when the allocation ran out of memory: the replay ends there.
+  bool replay_alloc(std::size_t i) {
+    const bool explain = setup_.slowest != 0 && setup_.timing && i >= warm_;
+    if (explain) before_ = alloc_->stats();
+    void* p = nullptr;
+    const Clock::time_point t0 = Clock::now();
+    try {
+      p = alloc_.allocate(i);
+    } catch (const out_of_memory& ex) {
+      r_.fits = false;
+      r_.oom_event = i;
+      r_.oom_message = ex.what();
+      return false;
+    }
+    const Clock::time_point t1 = Clock::now();
+    ptr_[i] = p;
+    if (setup_.timing) {
+      alloc_ns_.push_back(ns_between(t0, t1));
+      alloc_path_.push_back(static_cast<std::uint8_t>(recorder_.last));
+      if (explain && slowest_.wants(alloc_ns_.back()))
+        slowest_.add(
+            {i, alloc_ns_.back(), recorder_.last, stats_changed(before_, alloc_->stats())});
+    }
+    check_not_live(i, p);
+    return true;
+  }
+
+  // An allocator that hands out a live address is broken; say so here
+  // rather than at some later free.
+  void check_not_live(std::size_t i, void* p) {
+    auto [it, fresh] = live_.try_emplace(p, i);
+    if (fresh) return;
+    char addr[32];
+    std::snprintf(addr, sizeof addr, "%p", p);
+    throw alloc_.failure(i, ReplayAllocator::call_text("allocate", trace_.events[i].bytes, ""),
+                         std::string("it returned ") + addr + ", which is live since line " +
+                             std::to_string(trace_.lines[it->second]));
+  }
+
+  void replay_free(std::size_t i) {
+    void*& slot = ptr_[(*setup_.alloc_of)[i]];
+    void* p = slot;
+    slot = nullptr;
+    live_.erase(p);
+    const Clock::time_point t0 = Clock::now();
+    alloc_.deallocate(i, p);
+    const Clock::time_point t1 = Clock::now();
+    if (setup_.timing) free_ns_.push_back(ns_between(t0, t1));
+  }
+
+  void close_tenth() {
+    const std::int64_t now = alloc_->stats().critical_path_vmm_calls.current;
+    r_.critical_path_by_tenth.push_back(now - critical_at_tenth_);
+    critical_at_tenth_ = now;
+    r_.alloc_ns_by_tenth.push_back(since(allocs_at_tenth_));
+    allocs_at_tenth_ = alloc_ns_.size();
+  }
+
+  // Ends the step that began at step_began_.
+  void close_step() {
+    const Stats now = alloc_->stats();
+    auto delta = [&](StatValue Stats::*field) {
+      return (now.*field).current - (at_step_.*field).current;
+    };
     StepReport step;
-    step.first_event = first_event;
-    step.critical_path_vmm_calls =
-        now.critical_path_vmm_calls.current - at_step.critical_path_vmm_calls.current;
-    step.worker_vmm_calls = now.worker_vmm_calls.current - at_step.worker_vmm_calls.current;
-    step.reserve_hits = now.reserve_hits.current - at_step.reserve_hits.current;
-    step.reserve_misses = now.reserve_misses.current - at_step.reserve_misses.current;
-    step.prestitch_hits = now.prestitch_hits.current - at_step.prestitch_hits.current;
-    step.prestitch_misses = now.prestitch_misses.current - at_step.prestitch_misses.current;
-    step.alloc_ns = percentiles(std::vector<std::uint32_t>(
-        alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_step), alloc_ns.end()));
-    r.steps.push_back(step);
-    at_step = now;
-    allocs_at_step = alloc_ns.size();
-  };
-  std::size_t step_began = 0;
-  auto close_tenth = [&] {
-    const std::int64_t now = alloc.stats().critical_path_vmm_calls.current;
-    r.critical_path_by_tenth.push_back(now - critical_at_tenth);
-    critical_at_tenth = now;
-    r.alloc_ns_by_tenth.push_back(percentiles(std::vector<std::uint32_t>(
-        alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_tenth), alloc_ns.end())));
-    allocs_at_tenth = alloc_ns.size();
-  };
-  for (; i < n; ++i) {
-    if (i == warm) {
-      r.warmup = alloc.stats();
-      allocs_at_warmup = alloc_ns.size();
-    }
-    if (i > 0 && i * 10 / n != (i - 1) * 10 / n) close_tenth();
-    if (next_step < step_starts.size() && i == step_starts[next_step]) {
-      close_step(step_began);
-      step_began = i;
-      ++next_step;
-    }
-    const Event& e = t.events[i];
-    if (e.op == TraceOp::alloc) {
-      void* p = nullptr;
-      const bool explain = setup.slowest != 0 && setup.timing && i >= warm;
-      if (explain) before = alloc.stats();
-      const Clock::time_point t0 = Clock::now();
-      try {
-        p = alloc.allocate(e.bytes, stream_of[i]);
-      } catch (const out_of_memory& ex) {
-        r.fits = false;
-        r.oom_event = i;
-        r.oom_message = ex.what();
-        break;
-      } catch (const error& ex) {
-        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) +
-                          ") failed: " + ex.what());
-      }
-      const Clock::time_point t1 = Clock::now();
-      ptr[i] = p;
-      if (setup.timing) {
-        alloc_ns.push_back(ns_between(t0, t1));
-        alloc_path.push_back(static_cast<std::uint8_t>(recorder.last));
-        if (explain && slowest.wants(alloc_ns.back()))
-          slowest.add({i, alloc_ns.back(), recorder.last, stats_changed(before, alloc.stats())});
-      }
-      // An allocator that hands out a live address is broken; say so here
-      // rather than at some later free.
-      if (auto [it, fresh] = live.try_emplace(p, i); !fresh) {
-        char addr[32];
-        std::snprintf(addr, sizeof addr, "%p", p);
-        throw ReplayError(where(t, i) + "allocate(" + std::to_string(e.bytes) + ") returned " +
-                          addr + ", which is live since line " +
-                          std::to_string(t.lines[it->second]));
-      }
-    } else {
-      void*& slot = ptr[alloc_of[i]];
-      void* p = slot;
-      slot = nullptr;
-      live.erase(p);
-      const Clock::time_point t0 = Clock::now();
-      try {
-        alloc.deallocate(p, e.bytes, stream_of[i]);
-      } catch (const error& ex) {
-        throw ReplayError(where(t, i) + "deallocate(" + std::to_string(e.bytes) +
-                          ") failed: " + ex.what());
-      }
-      const Clock::time_point t1 = Clock::now();
-      if (setup.timing) free_ns.push_back(ns_between(t0, t1));
-    }
-    if (setup.series_points)
-      sampler.add(i, static_cast<std::uint64_t>(alloc.stats().reserved_bytes.current));
-    bar.tick(i);
+    step.first_event = step_began_;
+    step.critical_path_vmm_calls = delta(&Stats::critical_path_vmm_calls);
+    step.worker_vmm_calls = delta(&Stats::worker_vmm_calls);
+    step.reserve_hits = delta(&Stats::reserve_hits);
+    step.reserve_misses = delta(&Stats::reserve_misses);
+    step.prestitch_hits = delta(&Stats::prestitch_hits);
+    step.prestitch_misses = delta(&Stats::prestitch_misses);
+    step.alloc_ns = since(allocs_at_step_);
+    r_.steps.push_back(step);
+    at_step_ = now;
+    allocs_at_step_ = alloc_ns_.size();
   }
-  r.seconds = seconds_since(start);
-  r.slowest = slowest.slowest_first();
-  if (n > 0) close_tenth();
-  if (!step_starts.empty()) close_step(step_began);
-  r.events_replayed = i;
-  r.stats = alloc.stats();
-  if (!r.warmup && i == warm) r.warmup = r.stats;
+
+  // Percentiles of the allocations timed since the first `from`.
+  Percentiles since(std::size_t from) const {
+    return percentiles(std::vector<std::uint32_t>(
+        alloc_ns_.begin() + static_cast<std::ptrdiff_t>(from), alloc_ns_.end()));
+  }
 
   // What the trace left live goes back, so that teardown is clean.
-  for (std::size_t k = 0; k < n; ++k) {
-    if (!ptr[k]) continue;
-    try {
-      alloc.deallocate(ptr[k], t.events[k].bytes, stream_of[k]);
-    } catch (const error& ex) {
-      throw ReplayError(where(t, k) + "deallocate at the end of the trace failed: " + ex.what());
+  void give_back_live_blocks() {
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (ptr_[k]) alloc_.deallocate(k, ptr_[k], " at the end of the trace");
     }
+    alloc_.destroy_streams();
+    if (setup_.timing) alloc_->remove_observer(&recorder_);
   }
-  for (Stream s : created) alloc.destroy_stream(s);
 
-  if (setup.timing) alloc.remove_observer(&recorder);
-  if (warm >= i) allocs_at_warmup = alloc_ns.size();  // warm-up never ended
-  std::array<std::vector<std::uint32_t>, kRungCount> by_path;
-  for (std::size_t k = allocs_at_warmup; k < alloc_ns.size(); ++k)
-    by_path[alloc_path[k]].push_back(alloc_ns[k]);
-  for (int p = 0; p < kRungCount; ++p)
-    r.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
-  r.alloc_ns_after_warmup = percentiles(std::vector<std::uint32_t>(
-      alloc_ns.begin() + static_cast<std::ptrdiff_t>(allocs_at_warmup), alloc_ns.end()));
-  std::vector<std::uint32_t> all = alloc_ns;
-  all.insert(all.end(), free_ns.begin(), free_ns.end());
-  r.alloc_ns = percentiles(std::move(alloc_ns));
-  r.free_ns = percentiles(std::move(free_ns));
-  r.all_ns = percentiles(std::move(all));
-  if (setup.series_points) r.reserved_series = sampler.values();
-  return r;
+  static std::uint64_t sum_from(const std::vector<std::uint32_t>& ns, std::size_t from) {
+    return std::accumulate(ns.begin() + static_cast<std::ptrdiff_t>(from), ns.end(),
+                           std::uint64_t{0});
+  }
+
+  void summarize_timings() {
+    r_.allocator_ns_total = sum_from(alloc_ns_, 0) + sum_from(free_ns_, 0);
+    if (r_.warmup)
+      r_.allocator_ns_total_after_warmup =
+          sum_from(alloc_ns_, allocs_at_warmup_) + sum_from(free_ns_, frees_at_warmup_);
+    std::array<std::vector<std::uint32_t>, kRungCount> by_path;
+    for (std::size_t k = allocs_at_warmup_; k < alloc_ns_.size(); ++k)
+      by_path[alloc_path_[k]].push_back(alloc_ns_[k]);
+    for (int p = 0; p < kRungCount; ++p)
+      r_.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
+    r_.alloc_ns_after_warmup = since(allocs_at_warmup_);
+    std::vector<std::uint32_t> all = alloc_ns_;
+    all.insert(all.end(), free_ns_.begin(), free_ns_.end());
+    r_.alloc_ns = percentiles(std::move(alloc_ns_));
+    r_.free_ns = percentiles(std::move(free_ns_));
+    r_.all_ns = percentiles(std::move(all));
+    r_.slowest = slowest_.slowest_first();
+    if (setup_.series_points) r_.reserved_series = sampler_.values();
+  }
+
+  const ReplaySetup& setup_;
+  const Trace& trace_;
+  const std::size_t n_;
+  PathRecorder recorder_;  // outlives the allocator it observes
+  ReplayAllocator alloc_;
+  const std::size_t warm_;
+  MemlakeResult r_;
+  std::vector<void*> ptr_;                       // per alloc event, while live
+  std::unordered_map<void*, std::size_t> live_;  // address -> alloc event
+  std::vector<std::uint32_t> alloc_ns_, free_ns_;
+  std::vector<std::uint8_t> alloc_path_;
+  Sampler sampler_;
+  SlowestAllocs slowest_;
+  Stats before_;
+  std::size_t allocs_at_warmup_ = 0;
+  std::size_t frees_at_warmup_ = 0;
+  std::int64_t critical_at_tenth_ = 0;
+  std::size_t allocs_at_tenth_ = 0;
+  const std::vector<std::size_t> step_starts_;
+  std::size_t next_step_ = 0;
+  std::size_t step_began_ = 0;
+  Stats at_step_;
+  std::size_t allocs_at_step_ = 0;
+};
+
+}  // namespace
+
+MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config) {
+  return MemlakeReplay(setup, config).run();
+}
+
+std::optional<std::int64_t> after_warmup(const MemlakeResult& m, StatValue Stats::*field) {
+  if (!m.warmup) return std::nullopt;
+  return (m.stats.*field).current - ((*m.warmup).*field).current;
 }
 
 GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options) {
@@ -365,43 +543,6 @@ std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points) {
     sampler.add(i, live);
   }
   return sampler.values();
-}
-
-std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_fit,
-                                  std::uint64_t step,
-                                  const std::function<bool(std::uint64_t)>& fits, int* tries) {
-  std::uint64_t lo = known_fail / step;
-  std::uint64_t hi = (known_fit + step - 1) / step;
-  while (hi - lo > 1) {
-    const std::uint64_t mid = lo + (hi - lo) / 2;
-    ++*tries;
-    if (fits(mid * step)) {
-      hi = mid;
-    } else {
-      lo = mid;
-    }
-  }
-  return hi * step;
-}
-
-CapacitySearch find_min_capacity(std::uint64_t start, std::uint64_t limit, std::uint64_t live,
-                                 std::uint64_t step,
-                                 const std::function<bool(std::uint64_t)>& fits) {
-  CapacitySearch c;
-  const auto up = [step](std::uint64_t v) { return (std::max(v, step) + step - 1) / step * step; };
-  std::uint64_t hi = up(start);
-  for (;;) {
-    ++c.tries;
-    if (fits(hi)) {
-      c.found = true;
-      break;
-    }
-    if (hi >= limit) return c;
-    hi = std::min(up(limit), up(hi + hi / 4));
-  }
-  const std::uint64_t fail = live > step ? up(live) - step : 0;
-  c.bytes = fail < hi ? min_capacity_search(fail, hi, step, fits, &c.tries) : hi;
-  return c;
 }
 
 }  // namespace memlake

@@ -1,32 +1,50 @@
 // The replays of memlake-replay: a trace through memlake::Allocator (timed,
 // with stats snapshots at the end of warm-up and at the end) and through the
-// GMLake policy simulation, memory-over-time sampling for the chart, and the
-// smallest-capacity search.
+// GMLake policy simulation, and memory-over-time sampling for the chart.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "gmlake_policy.hpp"
+#include "backend/backend.hpp"
 #include "memlake/config.hpp"
 #include "memlake/observer.hpp"
 #include "memlake/stats.hpp"
+#include "replay/gmlake_policy.hpp"
 #include "trace/trace.hpp"
 
 namespace memlake {
 
-// The allocator failed in a way that is not out of memory (misuse, backend
-// error) while replaying the event at `line`.
+// The allocator failed in a way that is not out of memory: its constructor,
+// an allocate or a deallocate threw something other than
+// memlake::out_of_memory (misuse, a backend error, std::bad_alloc, anything),
+// or it handed out an address that was still live. what() is one line that
+// names the trace (and the line of the event, where there is one) and the
+// cause.
 class ReplayError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// One line describing an exception caught from the allocator: its kind
+// (out of memory, misuse, backend error, host memory, ...) and what() with
+// line breaks flattened.
+std::string describe_exception(const std::exception& e);
+// The same for the exception being handled; only inside a catch block.
+std::string current_exception_text();
+
+// Makes the backend of an allocator: lets a caller (a test) put adaptors or
+// a faulty backend under a replay. Empty: the configuration's backend.
+using BackendFactory = std::function<std::unique_ptr<Backend>(const Config&)>;
 
 // Memory over time with at most `points` points: each point is the maximum
 // over a run of consecutive events (x is the bucket's last event).
@@ -46,12 +64,14 @@ struct Percentiles {
   std::uint64_t count = 0;
   std::uint64_t median = 0;
   std::uint64_t p99 = 0;
+  std::uint64_t max = 0;
 };
 Percentiles percentiles(std::vector<std::uint32_t> ns);
 
 struct Progress {
   bool enabled = false;
   std::string label;
+  std::FILE* stream = stderr;
 };
 
 struct ReplaySetup {
@@ -64,6 +84,7 @@ struct ReplaySetup {
   // changed in the stats (a stats snapshot around every one of them).
   std::size_t slowest = 0;
   Progress progress;
+  BackendFactory backend;
 };
 
 // One of the slowest allocations after warm-up, and the stats it moved:
@@ -108,6 +129,11 @@ struct MemlakeResult {
   Percentiles alloc_ns_after_warmup;
   std::array<Percentiles, kRungCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
+  // Host ns inside allocate and deallocate on the replaying thread: the sum
+  // of the timed calls, all and after warm-up (none when warm-up never
+  // ended). 0 without timing.
+  std::uint64_t allocator_ns_total = 0;
+  std::optional<std::uint64_t> allocator_ns_total_after_warmup;
   std::vector<SlowAlloc> slowest;  // slowest first
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket
@@ -124,30 +150,17 @@ struct GmlakeResult {
   std::vector<std::uint64_t> reserved_series;
 };
 
+// Throws ReplayError when the allocator fails other than by running out of
+// memory (which ends the replay with fits = false); anything else that
+// escapes is the replay's own failure (host memory for its bookkeeping).
 MemlakeResult replay_memlake(const ReplaySetup& setup, const Config& config);
+
+// What the stat `field` (a counter) gained after warm-up; nullopt when
+// warm-up never ended.
+std::optional<std::int64_t> after_warmup(const MemlakeResult& m, StatValue Stats::*field);
 GmlakeResult replay_gmlake(const ReplaySetup& setup, const GmlakeOptions& options);
 
 // Requested live bytes over time, sampled like the replays.
 std::vector<std::uint64_t> live_series(const Trace& trace, std::size_t points);
-
-struct CapacitySearch {
-  std::uint64_t bytes = 0;  // smallest capacity found that fits
-  int tries = 0;
-  bool found = false;
-};
-
-// The smallest capacity that fits: from `start` (rounded up to `step`) grow
-// by 25% until it fits or passes `limit`, then bisect down to just below
-// `live` (which cannot fit).
-CapacitySearch find_min_capacity(std::uint64_t start, std::uint64_t limit, std::uint64_t live,
-                                 std::uint64_t step,
-                                 const std::function<bool(std::uint64_t)>& fits);
-
-// Smallest capacity, in steps of `step`, at which `fits` holds, by binary
-// search between `known_fail` (does not fit; may be 0) and `known_fit`
-// (fits). Assumes that more capacity never hurts. `tries` counts the runs.
-std::uint64_t min_capacity_search(std::uint64_t known_fail, std::uint64_t known_fit,
-                                  std::uint64_t step,
-                                  const std::function<bool(std::uint64_t)>& fits, int* tries);
 
 }  // namespace memlake

@@ -1,5 +1,6 @@
-// What memlake-replay prints about one trace: the readable table and the
-// one-line JSON object (--json), both made from a TraceReport.
+// What memlake-replay reports about one trace: the results of its replays
+// (TraceReport), printed as a table for people (report_table.cpp) or as one
+// JSON object per line (--json, report_json.cpp).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "replay.hpp"
+#include "replay/capacity.hpp"
+#include "replay/replay.hpp"
 
 namespace memlake {
 
@@ -25,10 +27,25 @@ struct TraceReport {
   std::optional<std::uint64_t> capacity;  // --capacity
   std::optional<CapacitySearch> min_capacity;
   std::optional<CapacitySearch> gmlake_min_capacity;
+  // The smallest capacity at which the policy replayed fits (--min-capacity's
+  // answer, or the bounded search of --needed).
+  std::optional<CapacitySearch> needed;
+
+  // Of the policy replayed (memlake, or the GMLake simulation alone).
+  std::uint64_t peak_live() const;
+  std::uint64_t peak_reserved() const;
+  // The live bytes that utilization is measured against for the baselines:
+  // the trace's own number when it has one.
+  std::uint64_t reference_live() const;
+  // Memory taken beyond what was needed: peak reserved minus `needed`, when
+  // the policy fits and the search found a capacity (negative when it needed
+  // more under a limit than it took without one).
+  std::optional<std::int64_t> beyond_needed() const;
 };
 
-// "13.14 GiB"; MiB or KiB below a GiB, so that small traces read well.
-std::string gib(std::uint64_t bytes);
+// Counts the trace's allocations, frees and streams into `r`.
+void describe_trace(const Trace& t, TraceReport& r);
+
 void print_table(std::FILE* out, const TraceReport& r);
 std::string json_line(const TraceReport& r);
 

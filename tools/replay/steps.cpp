@@ -1,9 +1,9 @@
-#include "steps.hpp"
+#include "replay/steps.hpp"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 namespace memlake {
 

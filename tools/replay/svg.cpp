@@ -1,6 +1,6 @@
 // SVG rendering for memlake-replay (see svg.hpp); plain text output, no
 // dependencies.
-#include "svg.hpp"
+#include "replay/svg.hpp"
 
 #include <algorithm>
 #include <cerrno>
