@@ -344,7 +344,9 @@ TEST(HostLimits, TheMachinesMappingBudgetIsRefusedBeforeTheKernelLimit) {
   DevicePtr more = 0;
   while (extra.size() < 3 && b.reserve(page, &more) == Status::ok) extra.push_back(more);
   EXPECT_LE(extra.size(), 1u);
-  EXPECT_EQ(b.usage().mappings, m.mapping_budget);
+  // Other backends of the process (a C API allocator, say) hold part of it.
+  EXPECT_EQ(host_mapping_ledger().used(), m.mapping_budget);
+  EXPECT_LE(b.usage().mappings, m.mapping_budget);
   EXPECT_LE(process_maps_in_use() + m.max_map_count / 16, m.max_map_count)
       << "the headroom is left to the rest of the process";
 
