@@ -135,8 +135,9 @@ class Soak {
   }
 
   void count_error(const std::string& message) {
+    const std::string cause = cause_of(message);
     std::lock_guard lock(mutex_);
-    ++r_.errors[cause_of(message)];
+    if (++r_.errors[cause] == 1) r_.first_error[cause] = message;
   }
 
   void thread_body(int t) {
@@ -341,6 +342,7 @@ std::string SoakReport::summary() const {
                 static_cast<unsigned long long>(other_exceptions),
                 static_cast<unsigned long long>(invariant_failures));
   s += tail;
+  for (const auto& [cause, message] : first_error) s += "\n  first " + cause + ": " + message;
   for (const std::string& f : first_failures) s += "\n  first failures: " + f;
   return s;
 }

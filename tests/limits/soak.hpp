@@ -40,8 +40,10 @@ struct SoakReport {
   std::uint64_t frees = 0;
   std::uint64_t bytes_allocated = 0;
   std::uint64_t out_of_memory = 0;
-  // backend_error from allocate or deallocate, by the status it names.
+  // backend_error from allocate or deallocate, by the status it names, and
+  // the first message of each.
   std::map<std::string, std::uint64_t> errors;
+  std::map<std::string, std::string> first_error;
   // Anything else thrown out of the allocator (never allowed), with the
   // first few messages.
   std::uint64_t other_exceptions = 0;
