@@ -34,10 +34,13 @@
 //    adds 1, one that fills the last gap adds 0); unmap() and unreserve()
 //    never add. So a fully mapped range of k chunks costs k units, and
 //    `usage().mappings + 2 * chunks + 1 <= limits().mappings` before a
-//    reserve-and-map of `chunks` chunks guarantees no out_of_mappings.
+//    reserve-and-map of `chunks` chunks guarantees no out_of_mappings (on
+//    the host, as long as the process's other HostBackends leave their
+//    share of the machine's budget: limits() is this backend's bound).
 //  - va_bytes: bytes reserved and not yet unreserved.
-//  - descriptors: descriptors the backend holds for chunks that can be
-//    exported or were imported (one each); export_chunk needs one more.
+//  - descriptors: descriptors the backend holds (host: one per shareable or
+//    imported chunk, one for the file shared by the others); export_chunk
+//    needs one more.
 // kUnbounded means no bound is known (the driver documents none).
 #pragma once
 

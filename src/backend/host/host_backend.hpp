@@ -113,7 +113,7 @@ class HostBackend final : public Backend {
 
  private:
   struct Chunk {
-    int fd;              // a file of its own, or -1: a range of the arena
+    int fd;              // its own file; -1: a range of the arena; -2: its own file, closed
     std::size_t offset;  // in the arena
     std::size_t size;
     std::size_t mappings;
