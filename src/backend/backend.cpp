@@ -18,6 +18,12 @@ const char* status_name(Status s) {
       return "out_of_memory";
     case Status::out_of_va:
       return "out_of_va";
+    case Status::out_of_mappings:
+      return "out_of_mappings";
+    case Status::out_of_descriptors:
+      return "out_of_descriptors";
+    case Status::out_of_host_memory:
+      return "out_of_host_memory";
     case Status::not_ready:
       return "not_ready";
     case Status::invalid_argument:
@@ -46,6 +52,10 @@ const char* vmm_op_name(VmmOp op) {
       return "unmap";
     case VmmOp::set_access:
       return "set_access";
+    case VmmOp::export_chunk:
+      return "export_chunk";
+    case VmmOp::import_chunk:
+      return "import_chunk";
     case VmmOp::count:
       break;
   }
@@ -55,33 +65,38 @@ const char* vmm_op_name(VmmOp op) {
 namespace detail {
 namespace {
 
-thread_local std::string t_last_error;
+// The error slot is a fixed buffer: a failure path must not need the heap,
+// since running out of it is one of the failures it reports.
+constexpr std::size_t kMessageCapacity = 1024;
+thread_local char t_last_error[kMessageCapacity];
 
-std::string vformat(const char* format, std::va_list args) {
-  std::va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, format, copy);
-  va_end(copy);
-  if (n <= 0) return {};
-  std::string out(static_cast<std::size_t>(n), '\0');
-  std::vsnprintf(out.data(), out.size() + 1, format, args);
-  return out;
+void store(const char* format, std::va_list args) {
+  // vsnprintf truncates and always terminates; it does not allocate.
+  std::vsnprintf(t_last_error, kMessageCapacity, format, args);
 }
 
 }  // namespace
 
-void set_last_error(std::string message) {
-  t_last_error = std::move(message);
+void set_last_error(const char* message) {
+  std::snprintf(t_last_error, kMessageCapacity, "%s", message);
 }
 
-const std::string& thread_last_error() {
+const char* thread_last_error() {
   return t_last_error;
+}
+
+std::string thread_last_error_copy() noexcept {
+  try {
+    return std::string(t_last_error);
+  } catch (...) {
+    return {};
+  }
 }
 
 Status fail(Status status, const char* format, ...) {
   std::va_list args;
   va_start(args, format);
-  t_last_error = vformat(format, args);
+  store(format, args);
   va_end(args);
   return status;
 }
@@ -89,7 +104,15 @@ Status fail(Status status, const char* format, ...) {
 std::string format(const char* format, ...) {
   std::va_list args;
   va_start(args, format);
-  std::string out = vformat(format, args);
+  std::va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string out;
+  if (n > 0) {
+    out.assign(static_cast<std::size_t>(n), '\0');
+    std::vsnprintf(out.data(), out.size() + 1, format, args);
+  }
   va_end(args);
   return out;
 }

@@ -15,9 +15,33 @@
 //  - Stream work is ordered per stream. event_record() marks the current tail
 //    of a stream; event_query() says whether everything before it has run.
 //
-// Functions return Status and never throw. On failure, last_error() holds a
-// message naming the call and the cause (for CUDA, the CUresult name); it is
-// per thread, like errno. Every method is safe to call from several threads.
+// Functions return Status and never throw, not even when the process runs out
+// of heap for the backend's own tables (out_of_host_memory). On failure,
+// last_error() holds a message naming the call and the cause (for CUDA, the
+// CUresult name); it is per thread, like errno. Every method is safe to call
+// from several threads.
+//
+// Limits (limits(), usage()): besides physical memory, a backend runs out of
+// mappings (the host kernel's vm.max_map_count), address space and file
+// descriptors. limits() gives the bounds known at construction and usage()
+// what this backend holds now, in the same units, so the layers above can
+// stay inside them by construction; a call that would cross one fails with
+// out_of_mappings, out_of_va or out_of_descriptors and changes nothing. The
+// units:
+//  - mappings: reserve() adds at most 1, map() at most 2 (the chunk's range,
+//    and the split of the unmapped part of its reservation around it: a
+//    chunk that borders a mapped neighbour or an end of its reservation
+//    adds 1, one that fills the last gap adds 0); unmap() and unreserve()
+//    never add. So a fully mapped range of k chunks costs k units, and
+//    `usage().mappings + 2 * chunks + 1 <= limits().mappings` before a
+//    reserve-and-map of `chunks` chunks guarantees no out_of_mappings (on
+//    the host, as long as the process's other HostBackends leave their
+//    share of the machine's budget: limits() is this backend's bound).
+//  - va_bytes: bytes reserved and not yet unreserved.
+//  - descriptors: descriptors the backend holds (host: one per shareable or
+//    imported chunk, one for the file shared by the others); export_chunk
+//    needs one more.
+// kUnbounded means no bound is known (the driver documents none).
 #pragma once
 
 #include <concepts>
@@ -29,15 +53,28 @@ namespace memlake {
 
 enum class Status : int {
   ok = 0,
-  out_of_memory,     // physical memory (or capacity) exhausted
-  out_of_va,         // virtual address space could not be reserved
-  not_ready,         // event_query: work before the event is still pending
-  invalid_argument,  // misaligned size/address, unknown handle
-  not_supported,     // the backend cannot do this (e.g. no GPU present)
-  error,             // anything else; see last_error()
+  out_of_memory,       // physical memory (or capacity) exhausted
+  out_of_va,           // virtual address space could not be reserved
+  out_of_mappings,     // too many mapped ranges (host: vm.max_map_count)
+  out_of_descriptors,  // too many open file descriptors (RLIMIT_NOFILE)
+  out_of_host_memory,  // the process's heap could not hold the backend's tables
+  not_ready,           // event_query: work before the event is still pending
+  invalid_argument,    // misaligned size/address, unknown handle
+  not_supported,       // the backend cannot do this (e.g. no GPU present)
+  error,               // anything else; see last_error(). Stays last (kStatusCount).
 };
+inline constexpr std::size_t kStatusCount = static_cast<std::size_t>(Status::error) + 1;
 
 const char* status_name(Status s);
+
+// True for the refusals that say a resource ran out (physical memory,
+// address space, mappings, descriptors, host heap), as opposed to a bad
+// argument or a broken driver: giving back cached resources (idle mappings,
+// unused chunks, reservations) may let the same call succeed later.
+constexpr bool is_exhaustion(Status s) {
+  return s == Status::out_of_memory || s == Status::out_of_va || s == Status::out_of_mappings ||
+         s == Status::out_of_descriptors || s == Status::out_of_host_memory;
+}
 
 using DevicePtr = std::uintptr_t;   // an address in the backend's virtual space
 using ChunkHandle = std::uint64_t;  // one physical allocation
@@ -45,9 +82,39 @@ using StreamHandle = void*;         // nullptr is the default stream
 using EventHandle = void*;
 using HostFn = void (*)(void* user);  // work enqueued on a stream
 
-// What kind of VMM call, for counters, latency simulation and fault injection.
-enum class VmmOp : int { reserve, unreserve, create, release, map, unmap, set_access, count };
+// What kind of VMM call, for counters, latency simulation and fault injection
+// (export_chunk and import_chunk count as VMM calls: they make or take a
+// chunk's descriptor).
+enum class VmmOp : int {
+  reserve,
+  unreserve,
+  create,
+  release,
+  map,
+  unmap,
+  set_access,
+  export_chunk,
+  import_chunk,
+  count
+};
 const char* vmm_op_name(VmmOp op);
+
+// Bounds on what a backend may hold at once, in the units described at the
+// top of this file.
+struct BackendLimits {
+  static constexpr std::size_t kUnbounded = ~std::size_t{0};
+  std::size_t mappings = kUnbounded;
+  std::size_t va_bytes = kUnbounded;
+  std::size_t descriptors = kUnbounded;
+};
+
+// What a backend holds now, in the units of BackendLimits (0 where the
+// backend does not count: its limit is then kUnbounded).
+struct BackendUsage {
+  std::size_t mappings = 0;
+  std::size_t va_bytes = 0;
+  std::size_t descriptors = 0;
+};
 
 class Backend {
  public:
@@ -61,6 +128,10 @@ class Backend {
   virtual std::size_t capacity() const = 0;
   // Physical bytes currently created and not yet released.
   virtual std::size_t physical_bytes() const = 0;
+  // Mappings, address space and descriptors: the bounds and what is held.
+  // Never throw; the defaults know no bound and count nothing.
+  virtual BackendLimits limits() const { return {}; }
+  virtual BackendUsage usage() const { return {}; }
 
   // --- virtual memory -----------------------------------------------------
   virtual Status reserve(std::size_t size, DevicePtr* va) = 0;
@@ -98,6 +169,7 @@ class Backend {
   virtual Status stream_synchronize(StreamHandle stream) = 0;
   virtual Status stream_is_capturing(StreamHandle stream, bool* capturing) = 0;
 
+  // An empty string where the heap cannot hold a copy of the message.
   virtual std::string last_error() const = 0;
 };
 

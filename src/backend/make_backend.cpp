@@ -26,6 +26,7 @@ std::unique_ptr<Backend> make_host(const Config& cfg) {
                      : kHostDefaultCapacity;
   }
   o.simulate_latency = cfg.host_simulate_latency;
+  o.shareable = cfg.shareable;
   return std::make_unique<HostBackend>(o);
 }
 

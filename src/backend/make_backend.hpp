@@ -8,7 +8,8 @@
 
 namespace memlake {
 
-// host: HostBackend with the host_* options and capacity (default 80 GiB).
+// host: HostBackend with the host_* options and capacity (default 80 GiB);
+//       its chunks share one memory file unless cfg.shareable.
 // cuda: CudaBackend on cfg.device; throws backend_error when the CUDA backend
 //       is not compiled in or no GPU is present.
 // automatic: cuda when compiled in and a GPU is present, else host.

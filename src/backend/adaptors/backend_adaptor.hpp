@@ -25,6 +25,8 @@ class BackendAdaptor : public Backend {
   std::size_t granularity() const override { return upstream_->granularity(); }
   std::size_t capacity() const override { return upstream_->capacity(); }
   std::size_t physical_bytes() const override { return upstream_->physical_bytes(); }
+  BackendLimits limits() const override { return upstream_->limits(); }
+  BackendUsage usage() const override { return upstream_->usage(); }
 
   Status reserve(std::size_t size, DevicePtr* va) override { return upstream_->reserve(size, va); }
   Status unreserve(DevicePtr va, std::size_t size) override {

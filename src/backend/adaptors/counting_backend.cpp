@@ -33,7 +33,10 @@ Status CountingBackend::vmm(VmmOp op, Call call) {
     worker_[i].fetch_add(1, std::memory_order_relaxed);
     ns = &worker_vmm_ns_;
   }
-  return timed(ns, call);
+  const Status s = timed(ns, call);
+  if (s != Status::ok)
+    refusals_[i][static_cast<std::size_t>(s)].fetch_add(1, std::memory_order_relaxed);
+  return s;
 }
 
 template <typename Call>
@@ -75,6 +78,14 @@ Status CountingBackend::set_access(DevicePtr va, std::size_t size) {
   return vmm(VmmOp::set_access, [&] { return BackendAdaptor::set_access(va, size); });
 }
 
+Status CountingBackend::export_chunk(ChunkHandle chunk, int* fd) {
+  return vmm(VmmOp::export_chunk, [&] { return BackendAdaptor::export_chunk(chunk, fd); });
+}
+
+Status CountingBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
+  return vmm(VmmOp::import_chunk, [&] { return BackendAdaptor::import_chunk(fd, size, chunk); });
+}
+
 Status CountingBackend::event_record(EventHandle e, StreamHandle stream) {
   return event([&] { return BackendAdaptor::event_record(e, stream); });
 }
@@ -96,6 +107,23 @@ std::uint64_t CountingBackend::critical_path(VmmOp op) const {
 std::uint64_t CountingBackend::worker(VmmOp op) const {
   return worker_[static_cast<std::size_t>(op)].load(std::memory_order_relaxed);
 }
+std::uint64_t CountingBackend::refusals() const {
+  std::uint64_t n = 0;
+  for (const auto& by_status : refusals_)
+    for (const auto& v : by_status) n += v.load(std::memory_order_relaxed);
+  return n;
+}
+std::uint64_t CountingBackend::refusals(Status status) const {
+  std::uint64_t n = 0;
+  for (const auto& by_status : refusals_)
+    n += by_status[static_cast<std::size_t>(status)].load(std::memory_order_relaxed);
+  return n;
+}
+std::uint64_t CountingBackend::refusals(VmmOp op, Status status) const {
+  if (op == VmmOp::count) return 0;
+  return refusals_[static_cast<std::size_t>(op)][static_cast<std::size_t>(status)].load(
+      std::memory_order_relaxed);
+}
 std::uint64_t CountingBackend::total() const {
   return sum(calls_);
 }
@@ -115,6 +143,8 @@ void CountingBackend::reset() {
   for (auto* c : {&calls_, &critical_, &worker_}) {
     for (auto& v : *c) v.store(0, std::memory_order_relaxed);
   }
+  for (auto& by_status : refusals_)
+    for (auto& v : by_status) v.store(0, std::memory_order_relaxed);
   for (auto* v : {&host_waits_, &critical_vmm_ns_, &worker_vmm_ns_, &critical_event_ns_})
     v->store(0, std::memory_order_relaxed);
 }

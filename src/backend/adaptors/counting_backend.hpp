@@ -2,8 +2,9 @@
 // who made it: a thread inside an allocator call (CriticalPathScope, put in
 // malloc/free by the allocator) or a background worker (WorkerThreadScope),
 // and the host time those calls and the critical path's event calls took.
-// In the steady state the critical-path count should not move
-// (docs/design.md, "Off the critical path").
+// In the steady state the critical-path count should not move: docs/design.md,
+// "Off the critical path". It also counts the calls the layers below refused,
+// by operation and status, so a run can report which limits it met.
 #pragma once
 
 #include <array>
@@ -67,6 +68,8 @@ class CountingBackend final : public BackendAdaptor {
   Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
   Status unmap(DevicePtr va, std::size_t size) override;
   Status set_access(DevicePtr va, std::size_t size) override;
+  Status export_chunk(ChunkHandle chunk, int* fd) override;
+  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override;
   Status event_record(EventHandle event, StreamHandle stream) override;
   Status event_query(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
@@ -78,6 +81,10 @@ class CountingBackend final : public BackendAdaptor {
   std::uint64_t critical_path(VmmOp op) const;
   std::uint64_t worker() const;  // made inside a WorkerThreadScope
   std::uint64_t worker(VmmOp op) const;
+  // VMM calls that came back with a status other than ok.
+  std::uint64_t refusals() const;
+  std::uint64_t refusals(Status status) const;
+  std::uint64_t refusals(VmmOp op, Status status) const;
   // Host nanoseconds: VMM calls on the critical path and on the worker,
   // event record/query/wait calls on the critical path.
   std::uint64_t critical_path_vmm_ns() const { return load(critical_vmm_ns_); }
@@ -106,6 +113,7 @@ class CountingBackend final : public BackendAdaptor {
   Counters calls_{};
   Counters critical_{};
   Counters worker_{};
+  std::array<std::array<std::atomic<std::uint64_t>, kStatusCount>, kOps> refusals_{};
   std::atomic<std::uint64_t> host_waits_{0};
   std::atomic<std::uint64_t> critical_vmm_ns_{0};
   std::atomic<std::uint64_t> worker_vmm_ns_{0};

@@ -15,6 +15,13 @@ Status FaultBackend::default_status(VmmOp op) {
   return op == VmmOp::create ? Status::out_of_memory : Status::error;
 }
 
+std::span<const Status> FaultBackend::refusal_kinds() {
+  static constexpr Status kKinds[] = {Status::out_of_memory,      Status::out_of_va,
+                                      Status::out_of_mappings,    Status::out_of_descriptors,
+                                      Status::out_of_host_memory, Status::error};
+  return kKinds;
+}
+
 void FaultBackend::fail_nth(VmmOp op, std::uint64_t n) {
   fail_nth(op, n, default_status(op));
 }
@@ -28,12 +35,20 @@ void FaultBackend::fail_nth(VmmOp op, std::uint64_t n, Status status) {
 
 void FaultBackend::fail_randomly(double probability, std::uint64_t seed,
                                  std::initializer_list<VmmOp> ops) {
+  fail_randomly(RandomFaults{probability, seed, std::vector<VmmOp>(ops), {}});
+}
+
+void FaultBackend::fail_randomly(const RandomFaults& faults) {
   std::lock_guard lock(mutex_);
-  random_probability_ = std::clamp(probability, 0.0, 1.0);
-  rng_.seed(seed);
-  random_ops_.fill(ops.size() == 0);
-  for (VmmOp op : ops) {
+  random_probability_ = std::clamp(faults.probability, 0.0, 1.0);
+  rng_.seed(faults.seed);
+  random_ops_.fill(faults.ops.empty());
+  for (VmmOp op : faults.ops) {
     if (op != VmmOp::count) random_ops_[static_cast<std::size_t>(op)] = true;
+  }
+  random_statuses_.clear();
+  for (Status s : faults.statuses) {
+    if (s != Status::ok) random_statuses_.push_back(s);
   }
 }
 
@@ -48,19 +63,36 @@ void FaultBackend::clear() {
   for (auto& a : armed_) a.clear();
   latency_.fill(std::chrono::nanoseconds::zero());
   random_ops_.fill(false);
+  random_statuses_.clear();
   random_probability_ = 0;
 }
 
 std::uint64_t FaultBackend::injected(VmmOp op) const {
   if (op == VmmOp::count) return 0;
   std::lock_guard lock(mutex_);
-  return injected_[static_cast<std::size_t>(op)];
+  std::uint64_t n = 0;
+  for (auto v : injected_[static_cast<std::size_t>(op)]) n += v;
+  return n;
+}
+
+std::uint64_t FaultBackend::injected(VmmOp op, Status status) const {
+  if (op == VmmOp::count) return 0;
+  std::lock_guard lock(mutex_);
+  return injected_[static_cast<std::size_t>(op)][static_cast<std::size_t>(status)];
+}
+
+std::uint64_t FaultBackend::injected(Status status) const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t n = 0;
+  for (const auto& by_status : injected_) n += by_status[static_cast<std::size_t>(status)];
+  return n;
 }
 
 std::uint64_t FaultBackend::injected_total() const {
   std::lock_guard lock(mutex_);
   std::uint64_t n = 0;
-  for (auto v : injected_) n += v;
+  for (const auto& by_status : injected_)
+    for (auto v : by_status) n += v;
   return n;
 }
 
@@ -81,9 +113,12 @@ Status FaultBackend::intercept(VmmOp op) {
       armed.erase(hit);
     } else if (random_ops_[i] && random_probability_ > 0 &&
                std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < random_probability_) {
-      status = default_status(op);
+      status = random_statuses_.empty()
+                   ? default_status(op)
+                   : random_statuses_[std::uniform_int_distribution<std::size_t>(
+                         0, random_statuses_.size() - 1)(rng_)];
     }
-    if (status != Status::ok) ++injected_[i];
+    if (status != Status::ok) ++injected_[i][static_cast<std::size_t>(status)];
   }
   detail::spin_for(latency);
   if (status != Status::ok) {
@@ -126,6 +161,16 @@ Status FaultBackend::unmap(DevicePtr va, std::size_t size) {
 Status FaultBackend::set_access(DevicePtr va, std::size_t size) {
   Status s = intercept(VmmOp::set_access);
   return s == Status::ok ? BackendAdaptor::set_access(va, size) : s;
+}
+
+Status FaultBackend::export_chunk(ChunkHandle chunk, int* fd) {
+  Status s = intercept(VmmOp::export_chunk);
+  return s == Status::ok ? BackendAdaptor::export_chunk(chunk, fd) : s;
+}
+
+Status FaultBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
+  Status s = intercept(VmmOp::import_chunk);
+  return s == Status::ok ? BackendAdaptor::import_chunk(fd, size, chunk) : s;
 }
 
 }  // namespace memlake

@@ -1,6 +1,8 @@
 // LimitingBackend: byte accounting per chunk handle (see limiting_backend.hpp).
 #include "backend/adaptors/limiting_backend.hpp"
 
+#include <new>
+
 #include "backend/backend_detail.hpp"
 
 namespace memlake {
@@ -33,7 +35,16 @@ Status LimitingBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
     used_ -= size;
     return s;
   }
-  sizes_.emplace(handle, size);
+  try {
+    sizes_.emplace(handle, size);
+  } catch (const std::bad_alloc&) {
+    // Untracked, the chunk's bytes could never be given back: undo it.
+    used_ -= size;
+    BackendAdaptor::release_chunk(handle);
+    return detail::fail(Status::out_of_host_memory,
+                        "%s: create_chunk(size=%zu): out of host memory for the adaptor's table",
+                        name(), size);
+  }
   *chunk = handle;
   return s;
 }

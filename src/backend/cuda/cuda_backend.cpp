@@ -7,11 +7,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "backend/backend_detail.hpp"
+#include "backend/process_limits.hpp"
 #include "memlake/errors.hpp"
 
 namespace memlake {
@@ -114,6 +116,25 @@ Status cu_status(CUresult r) {
     default:
       return Status::error;
   }
+}
+
+// The driver has no codes of its own for its limits: running out of handles,
+// mappings or address space all come back as CUDA_ERROR_OUT_OF_MEMORY (the
+// VMM calls document no other), so the call that failed says which limit it
+// was. cuMemCreate: physical memory or handles, out_of_memory (the remedy is
+// the same: release unused chunks). cuMemAddressReserve: out_of_va.
+// cuMemMap and cuMemSetAccess map memory that exists already: the driver's
+// mapping state (page tables, its tracking of mapped ranges) ran out,
+// out_of_mappings (unmapping idle ranges frees it).
+Status cu_mapping_status(CUresult r) {
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? Status::out_of_mappings : cu_status(r);
+}
+
+// A POSIX descriptor export fails in the driver's own open/dup; errno then
+// names a full descriptor table, whatever the CUresult.
+Status cu_descriptor_status(CUresult r, int err) {
+  if (err == EMFILE || err == ENFILE) return Status::out_of_descriptors;
+  return cu_status(r);
 }
 
 Status rt_status(cudaError_t e) {
@@ -347,8 +368,26 @@ std::size_t CudaBackend::physical_bytes() const {
   return physical_bytes_;
 }
 
+// The driver documents no bound on mappings or handles (it says
+// CUDA_ERROR_OUT_OF_MEMORY when it runs out); the address space is the
+// process's (unified addressing), and descriptors exist only while an
+// export is handed over.
+BackendLimits CudaBackend::limits() const {
+  const ProcessLimits& m = process_limits();
+  BackendLimits l;
+  l.va_bytes = m.va_budget;
+  l.descriptors = shareable_ ? m.descriptor_budget : 0;
+  return l;
+}
+
+BackendUsage CudaBackend::usage() const {
+  BackendUsage u;
+  u.va_bytes = va_bytes_.load(std::memory_order_relaxed);
+  return u;
+}
+
 std::string CudaBackend::last_error() const {
-  return detail::thread_last_error();
+  return detail::thread_last_error_copy();
 }
 
 // --- virtual memory ----------------------------------------------------------
@@ -367,6 +406,7 @@ Status CudaBackend::reserve(std::size_t size, DevicePtr* va) {
     return fail(r == CUDA_ERROR_OUT_OF_MEMORY ? Status::out_of_va : cu_status(r),
                 "cuda: cuMemAddressReserve(size=%zu) failed: %s", size, cu_name(r));
   }
+  va_bytes_.fetch_add(size, std::memory_order_relaxed);
   *va = static_cast<DevicePtr>(p);
   return Status::ok;
 }
@@ -378,6 +418,7 @@ Status CudaBackend::unreserve(DevicePtr va, std::size_t size) {
     return fail(cu_status(r), "cuda: cuMemAddressFree(va=%#llx, size=%zu) failed: %s", ull(va),
                 size, cu_name(r));
   }
+  va_bytes_.fetch_sub(size, std::memory_order_relaxed);
   return Status::ok;
 }
 
@@ -422,7 +463,16 @@ Status CudaBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
     return fail(cu_status(r), "cuda: cuMemCreate(size=%zu, device=%d) failed: %s", size, device_,
                 cu_name(r));
   }
-  chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  try {
+    chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  } catch (const std::bad_alloc&) {
+    // Untracked, the handle could never be released: give it back now.
+    physical_bytes_ -= size;
+    ContextGuard guard(*this);
+    if (guard.status() == Status::ok) g_driver.cuMemRelease(handle);
+    return fail(Status::out_of_host_memory,
+                "cuda: create_chunk(size=%zu): out of host memory for the chunk table", size);
+  }
   *chunk = static_cast<ChunkHandle>(handle);
   return Status::ok;
 }
@@ -445,12 +495,15 @@ Status CudaBackend::export_chunk(ChunkHandle chunk, int* fd) {
   }
   MEMLAKE_CUDA_GUARD();
   int out = -1;
+  errno = 0;
   const CUresult r =
       g_driver.cuMemExportToShareableHandle(&out, static_cast<CUmemGenericAllocationHandle>(chunk),
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) {
-    return fail(cu_status(r), "cuda: cuMemExportToShareableHandle(chunk=%#llx) failed: %s",
-                ull(chunk), cu_name(r));
+    const int err = errno;
+    return fail(cu_descriptor_status(r, err),
+                "cuda: cuMemExportToShareableHandle(chunk=%#llx) failed: %s%s%s", ull(chunk),
+                cu_name(r), err != 0 ? "; errno: " : "", err != 0 ? std::strerror(err) : "");
   }
   *fd = out;
   return Status::ok;
@@ -467,22 +520,33 @@ Status CudaBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
   }
   MEMLAKE_CUDA_GUARD();
   CUmemGenericAllocationHandle handle = 0;
+  errno = 0;
   const CUresult r = g_driver.cuMemImportFromShareableHandle(
       &handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) {
-    return fail(cu_status(r), "cuda: cuMemImportFromShareableHandle(fd=%d) failed: %s", fd,
-                cu_name(r));
+    const int err = errno;
+    return fail(cu_descriptor_status(r, err),
+                "cuda: cuMemImportFromShareableHandle(fd=%d) failed: %s%s%s", fd, cu_name(r),
+                err != 0 ? "; errno: " : "", err != 0 ? std::strerror(err) : "");
   }
   std::lock_guard lock(mutex_);
-  chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  try {
+    chunks_.emplace(static_cast<ChunkHandle>(handle), size);
+  } catch (const std::bad_alloc&) {
+    g_driver.cuMemRelease(handle);
+    return fail(Status::out_of_host_memory,
+                "cuda: import_chunk(fd=%d): out of host memory for the chunk table", fd);
+  }
   physical_bytes_ += size;
   *chunk = static_cast<ChunkHandle>(handle);
   return Status::ok;
 }
 
 Status CudaBackend::release_chunk(ChunkHandle chunk) {
-  std::size_t size;
+  // The entry leaves the table as a node, so that putting it back after a
+  // refused release needs no memory.
+  decltype(chunks_)::node_type entry;
   {
     std::lock_guard lock(mutex_);
     auto it = chunks_.find(chunk);
@@ -492,9 +556,9 @@ Status CudaBackend::release_chunk(ChunkHandle chunk) {
                   "already released)",
                   ull(chunk));
     }
-    size = it->second;
-    chunks_.erase(it);
+    entry = chunks_.extract(it);
   }
+  const std::size_t size = entry.mapped();
   CUresult r = CUDA_SUCCESS;
   Status guard_status;
   {
@@ -504,7 +568,10 @@ Status CudaBackend::release_chunk(ChunkHandle chunk) {
   }
   std::lock_guard lock(mutex_);
   if (guard_status != Status::ok || r != CUDA_SUCCESS) {
-    chunks_.emplace(chunk, size);  // the handle is still alive
+    try {
+      chunks_.insert(std::move(entry));  // the handle is still alive
+    } catch (const std::bad_alloc&) {
+    }
     if (guard_status != Status::ok) return guard_status;
     return fail(cu_status(r), "cuda: cuMemRelease(chunk=%#llx) failed: %s", ull(chunk), cu_name(r));
   }
@@ -538,8 +605,8 @@ Status CudaBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
   const CUresult r = g_driver.cuMemMap(static_cast<CUdeviceptr>(va), size, 0,
                                        static_cast<CUmemGenericAllocationHandle>(chunk), 0);
   if (r != CUDA_SUCCESS) {
-    return fail(cu_status(r), "cuda: cuMemMap(va=%#llx, size=%zu, chunk=%#llx) failed: %s", ull(va),
-                size, ull(chunk), cu_name(r));
+    return fail(cu_mapping_status(r), "cuda: cuMemMap(va=%#llx, size=%zu, chunk=%#llx) failed: %s",
+                ull(va), size, ull(chunk), cu_name(r));
   }
   return Status::ok;
 }
@@ -570,8 +637,8 @@ Status CudaBackend::set_access(DevicePtr va, std::size_t size) {
   for (int p : peers_) grant(p);
   const CUresult r = g_driver.cuMemSetAccess(static_cast<CUdeviceptr>(va), size, desc, n);
   if (r != CUDA_SUCCESS) {
-    return fail(cu_status(r), "cuda: cuMemSetAccess(va=%#llx, size=%zu) failed: %s", ull(va), size,
-                cu_name(r));
+    return fail(cu_mapping_status(r), "cuda: cuMemSetAccess(va=%#llx, size=%zu) failed: %s",
+                ull(va), size, cu_name(r));
   }
   return Status::ok;
 }

@@ -10,6 +10,7 @@
 // (a StreamHandle is a cudaStream_t, an EventHandle a cudaEvent_t).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -52,6 +53,8 @@ class CudaBackend final : public Backend {
   std::size_t granularity() const override { return granularity_; }
   std::size_t capacity() const override { return capacity_; }
   std::size_t physical_bytes() const override;
+  BackendLimits limits() const override;
+  BackendUsage usage() const override;
   std::size_t total_memory() const { return total_memory_; }
   // The peer devices every mapping is opened to, besides device().
   const std::vector<int>& peers() const { return peers_; }
@@ -94,6 +97,7 @@ class CudaBackend final : public Backend {
   mutable std::mutex mutex_;        // guards the two below
   std::size_t physical_bytes_ = 0;  // includes creations in flight
   std::unordered_map<ChunkHandle, std::size_t> chunks_;
+  std::atomic<std::size_t> va_bytes_{0};  // reserved, not yet freed
 };
 
 static_assert(IsBackend<CudaBackend>);

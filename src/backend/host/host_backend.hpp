@@ -1,6 +1,8 @@
 // HostBackend: the Backend contract on the CPU, with real memory. A chunk is
-// a memfd file (committed lazily by the kernel), a reserved range is an
-// inaccessible anonymous mapping, map() places a chunk's file over part of a
+// shared memory (committed lazily by the kernel): a range of one memfd file
+// for all chunks (HostArena), or a memfd file of its own when chunks are
+// shareable (export_chunk hands out its descriptor). A reserved range is an
+// inaccessible anonymous mapping, map() places a chunk over part of a
 // reserved range (MAP_FIXED|MAP_SHARED, so two mappings of one chunk show the
 // same bytes), set_access() makes mapped bytes readable and writable, and
 // unmap() turns the range back into an inaccessible reservation. Streams are
@@ -10,6 +12,16 @@
 // wrong argument yields Status::invalid_argument and a message, never a
 // crash. With simulate_latency, each call busy-waits for the median H200
 // cost measured in traces/vmm_costs.txt.
+//
+// Limits (backend.hpp): the backend counts the memory mappings it makes the
+// kernel hold (each mapped chunk and each unmapped gap of a reservation is
+// one), the descriptors it holds and the bytes it reserves, and refuses a
+// call that would cross its limit with out_of_mappings, out_of_descriptors
+// or out_of_va before asking the kernel. The limit is the machine's budget
+// (process_limits.hpp: vm.max_map_count, RLIMIT_NOFILE and RLIMIT_AS less what
+// the process used when the first backend started and a headroom), shared
+// by every HostBackend of the process, or a lower one set in the options to
+// emulate a small machine.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +33,7 @@
 #include <unordered_map>
 
 #include "backend/backend.hpp"
+#include "backend/host/host_arena.hpp"
 
 namespace memlake {
 
@@ -31,6 +44,17 @@ struct HostBackendOptions {
   std::size_t granularity = std::size_t{2} << 20;
   std::size_t capacity = std::size_t{80} << 30;
   bool simulate_latency = false;
+  // true: every chunk is a file of its own, exportable (export_chunk), and
+  // holds a descriptor until released. false: chunks share one file and
+  // export_chunk is not_supported, as on CUDA without shareable.
+  bool shareable = true;
+  // Emulated limits, for tests and CI (0: the machine's budget alone): most
+  // mapping units (each mapped chunk and unmapped gap of a reservation, as
+  // the kernel counts them against vm.max_map_count), descriptors held, and
+  // reserved bytes.
+  std::size_t max_mappings = 0;
+  std::size_t max_descriptors = 0;
+  std::size_t max_va_bytes = 0;
 };
 
 class HostBackend final : public Backend {
@@ -48,6 +72,9 @@ class HostBackend final : public Backend {
   // Bytes of chunks created and not yet released (a released chunk that is
   // still mapped no longer counts, as its handle is gone).
   std::size_t physical_bytes() const override;
+  // The options' limits capped by the machine's budgets.
+  BackendLimits limits() const override;
+  BackendUsage usage() const override;
 
   Status reserve(std::size_t size, DevicePtr* va) override;
   Status unreserve(DevicePtr va, std::size_t size) override;
@@ -80,10 +107,14 @@ class HostBackend final : public Backend {
   bool is_accessible(DevicePtr va, std::size_t size) const;
   // How many times `chunk` is mapped right now (0 for unknown handles).
   std::size_t chunk_mappings(ChunkHandle chunk) const;
+  // Chunks released while still mapped, whose memory waits for their last
+  // unmap.
+  std::size_t released_mapped_chunks() const;
 
  private:
   struct Chunk {
-    int fd;
+    int fd;              // its own file; -1: a range of the arena; -2: its own file, closed
+    std::size_t offset;  // in the arena
     std::size_t size;
     std::size_t mappings;
   };
@@ -92,27 +123,55 @@ class HostBackend final : public Backend {
     ChunkHandle chunk;
     bool accessible;
   };
-  struct Event;
+  struct Event {
+    std::shared_ptr<HostStream> stream;  // null until first recorded
+    std::uint64_t seq = 0;
+  };
 
-  using MappingMap = std::map<DevicePtr, Mapping>;
+  using ReservationMap = std::map<DevicePtr, std::size_t>;  // start -> size
+  using MappingMap = std::map<DevicePtr, Mapping>;          // start -> mapping
 
   // Reservation holding [va, va+size) whole, or end().
-  std::map<DevicePtr, std::size_t>::const_iterator find_reservation(DevicePtr va,
-                                                                    std::size_t size) const;
+  ReservationMap::const_iterator find_reservation(DevicePtr va, std::size_t size) const;
   // Counts the mappings that tile [va, va+size) exactly; 0 if they do not.
   std::size_t tiling_mappings(DevicePtr va, std::size_t size) const;
+  // Mapping units that mapping [va, va+size) inside `r` adds (0 to 2).
+  std::size_t map_cost(ReservationMap::const_iterator r, DevicePtr va, std::size_t size) const;
+  // Mapping units that unmapping the mappings tiling [va, va+size) frees.
+  std::size_t unmap_refund(DevicePtr va, std::size_t size) const;
+  // Takes `n` units of each resource from this backend's limit and the
+  // process's budget; false (nothing taken, message set) when either is
+  // exceeded. With vm_mutex_ held.
+  bool claim_mappings(std::size_t n, const char* call);
+  bool claim_descriptors(std::size_t n, const char* call);
+  bool claim_va(std::size_t bytes, const char* call);
+  void give_back_mappings(std::size_t n);
+  void give_back_descriptors(std::size_t n);
+  void give_back_va(std::size_t bytes);
+  // The memory behind a chunk once its handle and its last mapping are gone.
+  void free_storage(const Chunk& c);
+  // One mapping of `chunk` fewer; frees a released chunk's memory with its
+  // last one. With vm_mutex_ held.
+  void drop_mapping(ChunkHandle chunk);
+  // The status and message for an mmap/munmap/mprotect failure with `err`.
+  Status vm_failure(int err, const char* call, DevicePtr va, std::size_t size);
   // With stream_mutex_ held; creates the default stream on first use.
   std::shared_ptr<HostStream> find_stream(StreamHandle stream, const char* call);
   void simulate(VmmOp op, std::size_t chunks = 1) const;
 
   const HostBackendOptions options_;
 
-  mutable std::mutex vm_mutex_;  // guards the three tables below
+  mutable std::mutex vm_mutex_;  // guards everything down to descriptors_
   std::unordered_map<ChunkHandle, Chunk> chunks_;
-  std::map<DevicePtr, std::size_t> reservations_;  // start -> size
-  MappingMap mappings_;                            // start -> mapping
+  std::unordered_map<ChunkHandle, Chunk> released_mapped_;
+  ReservationMap reservations_;
+  MappingMap mappings_;
+  HostArena arena_;
   ChunkHandle next_chunk_ = 1;
   std::size_t physical_bytes_ = 0;
+  std::size_t mapping_units_ = 0;
+  std::size_t va_bytes_ = 0;
+  std::size_t descriptors_ = 0;
 
   mutable std::mutex stream_mutex_;  // guards streams_ and events_
   std::unordered_map<StreamHandle, std::shared_ptr<HostStream>> streams_;

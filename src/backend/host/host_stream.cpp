@@ -14,10 +14,13 @@ HostStream::~HostStream() {
 std::uint64_t HostStream::push(Job job) {
   std::uint64_t seq;
   {
+    // The number is taken once the job is in the queue: a queue that cannot
+    // grow (std::bad_alloc) leaves no number that would never complete.
     std::lock_guard lock(mutex_);
-    seq = ++enqueued_;
+    seq = enqueued_ + 1;
     job.seq = seq;
     queue_.push_back(std::move(job));
+    enqueued_ = seq;
   }
   work_cv_.notify_one();
   return seq;

@@ -25,7 +25,8 @@ class HostStream {
   HostStream(const HostStream&) = delete;
   HostStream& operator=(const HostStream&) = delete;
 
-  // Both return the sequence number given to the new job.
+  // Both return the sequence number given to the new job. They throw
+  // std::bad_alloc when the queue cannot grow, and then enqueue nothing.
   std::uint64_t enqueue(HostFn fn, void* user);
   // The job finishes once `other` has completed job `seq`.
   std::uint64_t enqueue_wait(std::shared_ptr<HostStream> other, std::uint64_t seq);
