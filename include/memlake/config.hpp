@@ -73,8 +73,14 @@ struct Config {
 
   // HostBackend only: chunk granularity, and simulated VMM latencies (the
   // costs measured on an H200), so that times on the CPU resemble the GPU's.
-  std::size_t host_granularity = std::size_t{2} << 20;
+    std::size_t host_granularity = std::size_t{2} << 20;
   bool host_simulate_latency = false;
+  // HostBackend only: limits lower than the machine's (0: the machine's), so
+  // that a run meets them as on a smaller machine: mapping units
+  // (vm.max_map_count counts them), descriptors, reserved address space.
+  std::size_t host_max_mappings = 0;
+  std::size_t host_max_fds = 0;
+  std::size_t host_max_va = 0;
 
   // ---- tuning ----
   // Requests up to this size are packed into free space of chunks already in

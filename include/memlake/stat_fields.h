@@ -15,7 +15,10 @@
   X(stitched_bytes,          gauge,   "virtual bytes of stitched segments (sBlocks)")          \
   X(chunks,                  gauge,   "physical chunks held")                                  \
   X(segments,                gauge,   "mapped virtual ranges (pBlocks and sBlocks)")           \
-  X(cached_segments,         gauge,   "segments with no live allocation, kept mapped")         \
+    X(cached_segments,         gauge,   "segments with no live allocation, kept mapped")         \
+  X(mapping_units,           gauge,   "mappings its ranges make the backend hold (backend.hpp's units)")\
+  X(mapping_units_budget,    counter, "mapping units it keeps its ranges within (0: no limit known)")\
+  X(backend_refusals,        counter, "calls the backend refused for want of a resource, routed around or reported")\
   X(allocs,                  counter, "successful allocations")                                \
   X(frees,                   counter, "frees")                                                 \
   X(rung_remembered,         counter, "allocations at the place the same request had before")  \

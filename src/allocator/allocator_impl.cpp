@@ -63,10 +63,13 @@ std::unique_ptr<TraceRecorder> make_recorder(const Config& c, ObserverList& obse
 
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
     : config_(validated(config)),
+      host_oom_("memlake: the host's heap ran out inside the allocator (std::bad_alloc); the "
+                "request was not served",
+                0),
       backend_(wrap_counting(std::move(backend), &counting_)),
       recorder_(make_recorder(config_, observers_)),
-      pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_),
-      lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_),
+      pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_, refusal_),
+      lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_, refusal_),
       order_(*backend_, stats_, observers_),
       worker_(mutex_, lake_, stats_, observers_, config_.worker) {}
 
@@ -78,6 +81,14 @@ AllocatorImpl::~AllocatorImpl() {
 }
 
 void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
+  try {
+    return allocate_locked(bytes, stream);
+  } catch (const std::bad_alloc&) {
+    throw host_oom_;
+  }
+}
+
+void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
   ScopedNanos timed(stats_.allocate_ns);
@@ -102,6 +113,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
 }
 
 lake::Placed AllocatorImpl::climb(const lake::Request& request) {
+  refusal_.clear();
   lake_.fences_completed(order_.completed());
   lake::Placed p = lake_.place(request, lake::Budget::map);
   // A synchronization point: frees came back, or this request had to stitch.

@@ -27,6 +27,7 @@
 #include "common/observer_list.hpp"
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
+#include "memlake/errors.hpp"
 #include "memlake/sharing.hpp"
 #include "stream/stream_order.hpp"
 #include "worker/mapping_worker.hpp"
@@ -41,6 +42,8 @@ class AllocatorImpl {
   ~AllocatorImpl();
 
   void* allocate(std::size_t bytes, Stream stream);
+  // The body of allocate, under the lock.
+  void* allocate_locked(std::size_t bytes, Stream stream);
   void deallocate(void* ptr, std::size_t bytes, Stream stream);
   void record_stream(void* ptr, Stream stream);
   void empty_cache();
@@ -88,13 +91,17 @@ class AllocatorImpl {
   void check_debug() const;
 
   Config config_;
+  // Thrown (as a copy, which allocates nothing) when the host's heap runs out
+  // inside a call: made while memory is there.
+  const memlake::out_of_memory host_oom_;
   CountingBackend* counting_ = nullptr;  // owned through backend_
   std::unique_ptr<Backend> backend_;
   mutable std::mutex mutex_;
   mutable Stats stats_;
   ObserverList observers_;
   std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
-  lake::ChunkPool pool_;                     // before the lake, which takes its chunks
+  lake::Refusal refusal_;  // the latest refusal for want of a resource, for the OOM report
+  lake::ChunkPool pool_;   // before the lake, which takes its chunks
   lake::Lake lake_;
   StreamOrder order_;
   NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free

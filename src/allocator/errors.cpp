@@ -51,6 +51,7 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
          gib(static_cast<std::size_t>(stats_.reserved_bytes.current)) + ", largest free block " +
          gib(lake_.largest_free_block()) + ", free in unused chunks " +
          gib(lake_.free_chunk_bytes()) + ", capacity " + gib(lake_.capacity());
+  if (refusal_.any()) msg += "; the backend refused " + refusal_.text();
   throw memlake::out_of_memory(msg, bytes);
 }
 

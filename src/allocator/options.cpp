@@ -77,6 +77,14 @@ constexpr std::array kOptions = {
          "and abort)"},
   Option{"host_granularity", &Config::host_granularity, Unit::size, 4096, 1 << 30, true,
          "host backend: chunk and mapping granularity"},
+    Option{"host_max_mappings", &Config::host_max_mappings, Unit::integer, 0, 1e9, false,
+         "host backend: most memory mappings it may make the kernel hold (0: the machine's "
+         "vm.max_map_count, less what the process holds)"},
+  Option{"host_max_fds", &Config::host_max_fds, Unit::integer, 0, 1e9, false,
+         "host backend: most descriptors it may hold for chunks (0: the process's RLIMIT_NOFILE, "
+         "less what is open)"},
+  Option{"host_max_va", &Config::host_max_va, Unit::size, 0, kNoLimit, false,
+         "host backend: most address space it may reserve (0: the process's RLIMIT_AS)"},
   Option{"host_simulate_latency", &Config::host_simulate_latency, Unit::flag, 0, 0, false,
          "host backend: add the VMM call latencies measured on an H200"},
   Option{"small_max", &Config::small_max, Unit::size, 0, kNoLimit, false,

@@ -26,7 +26,10 @@ std::unique_ptr<Backend> make_host(const Config& cfg) {
                      : kHostDefaultCapacity;
   }
   o.simulate_latency = cfg.host_simulate_latency;
-  o.shareable = cfg.shareable;
+    o.shareable = cfg.shareable;
+  o.max_mappings = cfg.host_max_mappings;
+  o.max_descriptors = cfg.host_max_fds;
+  o.max_va_bytes = cfg.host_max_va;
   return std::make_unique<HostBackend>(o);
 }
 

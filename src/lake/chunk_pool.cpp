@@ -11,8 +11,13 @@
 
 namespace memlake::lake {
 
-ChunkPool::ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers)
-    : backend_(backend), capacity_(capacity), stats_(stats), observers_(observers) {}
+ChunkPool::ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers,
+                     Refusal& refusal)
+    : backend_(backend),
+      capacity_(capacity),
+      stats_(stats),
+      observers_(observers),
+      refusal_(refusal) {}
 
 ChunkPool::~ChunkPool() {
   for (PhysicalChunk& c : chunks_)
@@ -53,23 +58,36 @@ ChunkId ChunkPool::create(std::size_t size) {
   if (reserved_bytes_ + creating_bytes_ + size > capacity_) return kNone;
   ChunkHandle handle = 0;
   const Status s = backend_.create_chunk(size, &handle);
-  if (s == Status::out_of_memory) return kNone;
+  if (is_exhaustion(s)) {
+    refusal_.note(s, "create_chunk", backend_.last_error());
+    return kNone;
+  }
   if (s != Status::ok) {
     throw backend_error(std::string("memlake: create_chunk failed (") + status_name(s) +
                         "): " + backend_.last_error());
   }
-  return adopt(handle, size);
+  try {
+    return adopt(handle, size);
+  } catch (...) {  // the host's heap ran out: the handle goes back
+    backend_.release_chunk(handle);
+    throw;
+  }
 }
 
+// What needs the heap comes first (a slot, the clients' tables, the free
+// set's bits), so that a failure there leaves the pool as it was.
 ChunkId ChunkPool::adopt(ChunkHandle handle, std::size_t size) {
-  ChunkId id;
-  if (!free_slots_.empty()) {
-    id = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    id = static_cast<ChunkId>(chunks_.size());
-    chunks_.emplace_back();
+  const bool fresh_slot = free_slots_.empty();
+  const ChunkId id = fresh_slot ? static_cast<ChunkId>(chunks_.size()) : free_slots_.back();
+  if (fresh_slot) chunks_.emplace_back();
+  try {
+    notify_added(id);
+    free_.emplace(size, id);
+  } catch (...) {
+    if (fresh_slot) chunks_.pop_back();
+    throw;
   }
+  if (!fresh_slot) free_slots_.pop_back();
   PhysicalChunk& c = chunks_[id];
   c = PhysicalChunk{};
   c.handle = handle;
@@ -83,17 +101,16 @@ ChunkId ChunkPool::adopt(ChunkHandle handle, std::size_t size) {
   ++stats_.chunks_created.current;
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_chunk_created(size); });
-  notify_added(id);
   return id;
 }
 
-void ChunkPool::release(ChunkId id) {
+bool ChunkPool::release(ChunkId id) {
   PhysicalChunk& c = chunks_[id];
   assert(c.holder == kNoClient && c.pins == 0);
   const Status s = backend_.release_chunk(c.handle);
   if (s != Status::ok) {
-    throw backend_error(std::string("memlake: release_chunk failed (") + status_name(s) +
-                        "): " + backend_.last_error());
+    refusal_.note(s, "release_chunk", backend_.last_error());
+    return false;
   }
   if (c.reserve) clear_reserve(id);
   free_.erase({c.size, id});
@@ -107,6 +124,7 @@ void ChunkPool::release(ChunkId id) {
   c = PhysicalChunk{};
   free_slots_.push_back(id);
   notify_removed(id);
+  return true;
 }
 
 void ChunkPool::take(ChunkId id, ClientId client) {

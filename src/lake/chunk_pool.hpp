@@ -21,6 +21,7 @@
 #include "backend/backend.hpp"
 #include "common/observer_list.hpp"
 #include "lake/free_chunk_set.hpp"
+#include "lake/refusal.hpp"
 #include "lake/types.hpp"
 #include "memlake/stats.hpp"
 
@@ -51,7 +52,8 @@ class ChunkPool {
     virtual void chunk_changed(ChunkId id) = 0;  // taken or given back
   };
 
-  ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers);
+  ChunkPool(Backend& backend, std::size_t capacity, Stats& stats, ObserverList& observers,
+            Refusal& refusal);
   ~ChunkPool();  // releases every chunk still in use
   ChunkPool(const ChunkPool&) = delete;
   ChunkPool& operator=(const ChunkPool&) = delete;
@@ -59,13 +61,15 @@ class ChunkPool {
   ClientId attach(Client* client);
   void detach(ClientId client);
 
-  // A new free chunk of `size` bytes; kNone when the capacity or the
-  // backend's memory runs out. Throws backend_error for other failures.
+  // A new free chunk of `size` bytes; kNone when the capacity or a resource
+  // of the backend runs out (noted in the Refusal). Throws backend_error for
+  // other failures.
   ChunkId create(std::size_t size);
   // Enters a handle the backend created (by a worker job) as a free chunk.
   ChunkId adopt(ChunkHandle handle, std::size_t size);
-  // The chunk must be free, unpinned and mapped nowhere.
-  void release(ChunkId id);
+  // The chunk must be free, unpinned and mapped nowhere. False when the
+  // backend refused: the chunk stays in the pool, free, for a later try.
+  bool release(ChunkId id);
 
   void take(ChunkId id, ClientId client);
   void give_back(ChunkId id);
@@ -104,6 +108,7 @@ class ChunkPool {
   std::size_t capacity_;
   Stats& stats_;
   ObserverList& observers_;
+  Refusal& refusal_;
   std::vector<PhysicalChunk> chunks_;
   std::vector<ChunkId> free_slots_;
   FreeChunkSet free_;  // by size, then id

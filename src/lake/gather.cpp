@@ -31,6 +31,8 @@ std::size_t Lake::slack_for(std::size_t bytes) const {
   return slack / options_.granularity * options_.granularity;
 }
 
+// Chunks made for a range that could not be mapped go back; one the backend
+// will not take back stays in the pool as a free chunk.
 void Lake::release_all(const std::vector<ChunkId>& created) {
   for (ChunkId c : created) pool_.release(c);
 }

@@ -18,14 +18,15 @@ SegmentTableOptions table_options(const LakeOptions& o) {
 }  // namespace
 
 Lake::Lake(Backend& backend, ChunkPool& pool, const LakeOptions& options, Stats& stats,
-           ObserverList& observers)
+           ObserverList& observers, Refusal& refusal)
     : backend_(backend),
       pool_(pool),
       options_(options),
       stats_(stats),
       observers_(observers),
+      refusal_(refusal),
       client_(pool.attach(this)),
-      table_(backend, pool, table_options(options), stats, observers, nodes_),
+      table_(backend, pool, table_options(options), stats, observers, nodes_, refusal),
       fragments_(nodes_),
       allocations_(0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
                    PoolAllocator<std::pair<const DevicePtr, Allocation>>(&nodes_)) {
@@ -84,15 +85,22 @@ std::size_t Lake::reclaim() {
   for (auto [size, c] : pool_.free_set())
     if (table_.maps(c).mapped_in.empty() && pool_[c].pins == 0) unmapped.push_back(c);
   std::size_t released = 0;
+  Status refused = Status::ok;  // the first release the backend refused
   for (ChunkId c : unmapped) {
-    released += pool_.size(c);
-    pool_.release(c);
+    const std::size_t size = pool_.size(c);
+    if (pool_.release(c))
+      released += size;
+    else if (refused == Status::ok)
+      refused = refusal_.status;
   }
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_reclaim(released); });
-  if (!clean)
+  if (!clean && !is_exhaustion(table_.last_failure_status()))
     throw backend_error("memlake: reclaim could not return every mapping (" +
                         table_.last_failure() + "); the lake is consistent and retries later");
+  if (refused != Status::ok && !is_exhaustion(refused))
+    throw backend_error("memlake: reclaim could not release every chunk (" + refusal_.text() +
+                        "); the lake is consistent and retries later");
   return released;
 }
 

@@ -91,7 +91,7 @@ std::vector<std::size_t> chunk_sizes_for(std::size_t bytes, const LakeOptions& o
 class Lake final : private ChunkPool::Client {
  public:
   Lake(Backend& backend, ChunkPool& pool, const LakeOptions& options, Stats& stats,
-       ObserverList& observers);
+       ObserverList& observers, Refusal& refusal);
   ~Lake() override;
   Lake(const Lake&) = delete;
   Lake& operator=(const Lake&) = delete;
@@ -114,8 +114,9 @@ class Lake final : private ChunkPool::Client {
   // ...", or "unknown pointer ...".
   std::string diagnose_bad_pointer(DevicePtr ptr) const;
   // Unmaps idle ranges and releases free chunks no range maps; returns the
-  // physical bytes released. Throws backend_error when the backend refused
-  // to unmap something (the lake stays consistent and retries later).
+  // physical bytes released. What the backend refuses for want of a
+  // resource stays for a later try; a refusal for another reason throws
+  // backend_error (the lake stays consistent and retries later).
   std::size_t reclaim();
   std::size_t largest_free_block();
   std::size_t free_chunk_bytes() const { return pool_.free_bytes(); }
@@ -240,6 +241,7 @@ class Lake final : private ChunkPool::Client {
   LakeOptions options_;
   Stats& stats_;
   ObserverList& observers_;
+  Refusal& refusal_;
   NodePool nodes_;  // before every container that draws from it
   ClientId client_;
   SegmentTable table_;

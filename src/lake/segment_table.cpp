@@ -13,7 +13,7 @@
 namespace memlake::lake {
 
 SegmentTable::SegmentTable(Backend& backend, ChunkPool& pool, const SegmentTableOptions& options,
-                           Stats& stats, ObserverList& observers, NodePool& nodes)
+                           Stats& stats, ObserverList& observers, NodePool& nodes, Refusal& refusal)
     : backend_(backend),
       pool_(pool),
       options_(options),
@@ -22,7 +22,13 @@ SegmentTable::SegmentTable(Backend& backend, ChunkPool& pool, const SegmentTable
       idle_by_size_(PoolAllocator<SizeKey>(&nodes)),
       unpinned_by_age_(PoolAllocator<AgeKey>(&nodes)),
       segment_at_(PoolAllocator<BaseEntry>(&nodes)),
-      free_runs_(options.granularity) {}
+      free_runs_(options.granularity),
+      refusal_(refusal),
+      limits_(backend.limits()) {
+  const std::size_t budget = units_budget();
+  stats_.mapping_units_budget.current =
+      budget == BackendLimits::kUnbounded ? 0 : static_cast<std::int64_t>(budget);
+}
 
 SegmentTable::~SegmentTable() {
   retire_zombies();
@@ -64,50 +70,67 @@ Status SegmentTable::map_range(const std::vector<std::pair<ChunkHandle, std::siz
   // place (the continuation and extend rungs).
   const std::size_t g = options_.granularity;
   const std::size_t va_size = (std::max(4 * total, total + (std::size_t{1} << 30)) + g - 1) / g * g;
-  DevicePtr va = 0;
-  Status s = backend_.reserve(va_size, &va);
+  // What needs the heap comes before the backend is asked, so that nothing
+  // it gives can be lost when the heap runs out.
+  std::vector<std::size_t> offsets;
+  offsets.reserve(chunks.size());
+  Zombie undo{0, va_size, {}, {}};
+  undo.mapped.reserve(chunks.size());
+  out->leftover.reserve(1);
+  Status s = backend_.reserve(va_size, &undo.va);
   if (s != Status::ok) {
     out->error = backend_.last_error();
     return s;
   }
-  std::vector<std::size_t> offsets;
-  offsets.reserve(chunks.size());
-  std::size_t offset = 0;
+  const DevicePtr va = undo.va;
   // On failure, keep the cause, undo what was done, and hand back whatever
   // the backend refused to undo for the retry list.
-  auto fail = [&](Status st, std::size_t mapped) {
-    out->error = backend_.last_error();
-    Zombie z{va, va_size, {}, {}};
-    for (std::size_t j = 0; j < mapped; ++j)
-      z.mapped.emplace_back(va + offsets[j], chunks[j].second);
-    if (!retire(z, true)) out->leftover.push_back(std::move(z));
+  auto fail = [&](Status st) {
+    try {
+      out->error = backend_.last_error();
+    } catch (const std::bad_alloc&) {  // the undo below matters more than the message
+    }
+    if (!retire(undo, true)) out->leftover.push_back(std::move(undo));
     return st;
   };
+  std::size_t offset = 0;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     s = backend_.map(va + offset, chunks[i].second, chunks[i].first);
-    if (s != Status::ok) return fail(s, i);
+    if (s != Status::ok) return fail(s);
     offsets.push_back(offset);
+    undo.mapped.emplace_back(va + offset, chunks[i].second);
     offset += chunks[i].second;
   }
   s = backend_.set_access(va, total);
-  if (s != Status::ok) return fail(s, chunks.size());
+  if (s != Status::ok) return fail(s);
   out->va = va;
   out->va_size = va_size;
   out->total = total;
   out->offsets = std::move(offsets);
+  out->undo = std::move(undo);
   return Status::ok;
 }
 
 SegmentId SegmentTable::map_segment(std::vector<ChunkId> ids, bool stitched) {
+  make_room(ids.size() + 1);
   std::vector<std::pair<ChunkHandle, std::size_t>> handles;
   handles.reserve(ids.size());
   for (ChunkId c : ids) handles.emplace_back(pool_[c].handle, pool_.size(c));
   MappedRange range;
   const Status s = map_range(handles, &range);
   for (Zombie& z : range.leftover) zombies_.push_back(std::move(z));
-  if (s == Status::out_of_va || s == Status::out_of_memory) return kNone;
+  if (is_exhaustion(s)) {
+    refusal_.note(s, "mapping a range", range.error);
+    return kNone;
+  }
   if (s != Status::ok) backend_failure("mapping a segment", s, range.error);
-  return register_segment(std::move(ids), std::move(range), stitched);
+  Zombie undo = std::move(range.undo);
+  try {
+    return register_segment(std::move(ids), std::move(range), stitched);
+  } catch (...) {  // the host's heap ran out: the range goes back
+    retire(undo, true);
+    throw;
+  }
 }
 
 SegmentId SegmentTable::new_slot() {
@@ -123,6 +146,9 @@ SegmentId SegmentTable::new_slot() {
 SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange range,
                                          bool stitched) {
   catch_up();  // the new segment starts from the chunks' state, as the others
+  // Room in each chunk's mappings and in the free slots (for an undo) first.
+  for (ChunkId c : ids) maps_[c].mapped_in.reserve(maps_[c].mapped_in.size() + 1);
+  free_slots_.reserve(free_slots_.size() + 1);
   const SegmentId id = new_slot();
   Segment& seg = segments_[id];
   seg = Segment{};
@@ -137,9 +163,19 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
     if (!pool_.is_free(ids[i])) ++seg.busy;
   }
   seg.chunks = std::move(ids);
-  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
-    if (pool_.is_free(seg.chunks[i])) slots_freed(id, i, 1);
-  segment_at_.emplace(seg.va, id);
+  seg.last_used = ++clock_;
+  try {  // the indexes' inserts may need the heap
+    for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
+      if (pool_.is_free(seg.chunks[i])) slots_freed(id, i, 1);
+    segment_at_.emplace(seg.va, id);
+    unpinned_by_age_.emplace(seg.last_used, id);
+    if (seg.busy == 0) idle_insert(id);
+  } catch (...) {
+    unregister(id);
+    throw;
+  }
+  units_ += seg.chunks.size() + 1;
+  gauge(stats_.mapping_units, static_cast<std::int64_t>(seg.chunks.size() + 1));
   mapped_bytes_ += seg.size;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(seg.size));
   gauge(stats_.segments, 1);
@@ -147,12 +183,24 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
     gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
     ++stats_.stitches.current;
   }
-  seg.last_used = ++clock_;
-  unpinned_by_age_.emplace(seg.last_used, id);
-  if (seg.busy == 0) idle_insert(id);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_map({seg.va, seg.size, stitched}); });
   return id;
+}
+
+// Takes what register_segment entered for segment `id` out again (it ran out
+// of heap half way); only erases, so it cannot fail itself.
+void SegmentTable::unregister(SegmentId id) {
+  Segment& seg = segments_[id];
+  while (!seg.runs.empty()) run_erase(id, std::prev(seg.runs.end()));
+  if (auto it = segment_at_.find(seg.va); it != segment_at_.end() && it->second == id)
+    segment_at_.erase(it);
+  unpinned_by_age_.erase({seg.last_used, id});
+  if (idle_by_size_.count({seg.size, id}) != 0) idle_erase(id);
+  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
+    std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{id, i});
+  seg = Segment{};
+  free_slots_.push_back(id);
 }
 
 bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
@@ -173,9 +221,13 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
       zombies_.push_back(std::move(z));
       seg.sealed = true;
     }
-    if (st == Status::out_of_memory) return false;
+    if (is_exhaustion(st)) {
+      refusal_.note(st, what, cause);
+      return false;
+    }
     backend_failure(what, st, cause);
   };
+  make_room(ids.size(), s);
   std::size_t offset = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const Status st = backend_.map(base + offset, pool_.size(ids[i]), pool_[ids[i]].handle);
@@ -212,6 +264,8 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
   if (seg.indexed)
     for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
   seg.stitched = true;
+  units_ += ids.size();
+  gauge(stats_.mapping_units, static_cast<std::int64_t>(ids.size()));
   mapped_bytes_ += total;
   gauge(stats_.mapped_bytes, static_cast<std::int64_t>(total));
   gauge(stats_.stitched_bytes, static_cast<std::int64_t>(total));
@@ -227,7 +281,10 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
 bool SegmentTable::unmap(SegmentId s) {
   Zombie z = detach(s);
   if (retire(z, !mapped_inside(z.va, z.va_size))) return true;
-  if (last_failure_.empty()) last_failure_ = z.error;  // the first cause, not its consequences
+  if (last_failure_.empty()) {  // the first cause, not its consequences
+    last_failure_ = z.error;
+    last_failure_status_ = z.status;
+  }
   zombies_.push_back(std::move(z));
   return false;
 }
@@ -236,14 +293,20 @@ Zombie SegmentTable::detach(SegmentId s) {
   catch_up();
   Segment& seg = segments_[s];
   assert(!seg.pinned());
+  // What needs the heap first: the zombie and the slot's place in the free
+  // list; then the tables change, which frees only.
+  Zombie z{seg.va, seg.va_size, {}, {}};
+  z.mapped.reserve(seg.chunks.size());
+  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
+    z.mapped.emplace_back(seg.va + seg.offsets[i], pool_.size(seg.chunks[i]));
+  free_slots_.reserve(free_slots_.size() + 1);
   unpinned_by_age_.erase({seg.last_used, s});
   if (seg.busy == 0) idle_erase(s);
   while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
-  Zombie z{seg.va, seg.va_size, {}, {}};
-  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
-    z.mapped.emplace_back(seg.va + seg.offsets[i], pool_.size(seg.chunks[i]));
+  for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
     std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{s, i});
-  }
+  units_ -= seg.chunks.size() + 1;
+  gauge(stats_.mapping_units, -static_cast<std::int64_t>(seg.chunks.size() + 1));
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_unmap({seg.va, seg.size, seg.stitched}); });
   if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
@@ -262,7 +325,10 @@ Zombie SegmentTable::detach(SegmentId s) {
 bool SegmentTable::retire(Zombie& z, bool may_unreserve) const {
   std::erase_if(z.mapped, [&](const std::pair<DevicePtr, std::size_t>& m) {
     const Status s = backend_.unmap(m.first, m.second);
-    if (s != Status::ok) z.error = std::string("unmap failed: ") + backend_.last_error();
+    if (s != Status::ok) {
+      z.error = std::string("unmap failed: ") + backend_.last_error();
+      z.status = s;
+    }
     return s == Status::ok;
   });
   if (!z.mapped.empty()) return false;
@@ -272,7 +338,10 @@ bool SegmentTable::retire(Zombie& z, bool may_unreserve) const {
     return false;
   }
   const Status s = backend_.unreserve(z.va, z.va_size);
-  if (s != Status::ok) z.error = std::string("unreserve failed: ") + backend_.last_error();
+  if (s != Status::ok) {
+    z.error = std::string("unreserve failed: ") + backend_.last_error();
+    z.status = s;
+  }
   return s == Status::ok;
 }
 
@@ -300,7 +369,10 @@ bool SegmentTable::retire_zombies() {
   for (std::size_t i = 0; i < zombies_.size(); ++i)
     if (!done[i]) left.push_back(std::move(zombies_[i]));
   zombies_ = std::move(left);
-  if (!zombies_.empty() && last_failure_.empty()) last_failure_ = zombies_.front().error;
+  if (!zombies_.empty() && last_failure_.empty()) {
+    last_failure_ = zombies_.front().error;
+    last_failure_status_ = zombies_.front().status;
+  }
   return zombies_.empty();
 }
 
@@ -322,25 +394,45 @@ std::size_t SegmentTable::mapping_budget() const {
 }
 
 bool SegmentTable::over_budget() const {
-  return mapped_bytes_ > mapping_budget() && !unpinned_by_age_.empty();
+  return (mapped_bytes_ > mapping_budget() || units_ > units_budget()) && !unpinned_by_age_.empty();
 }
 
-void SegmentTable::plan_evictions(std::vector<Zombie>* out, SegmentId keep) {
+// The backend's mapping limit, less a sixteenth: every mapping is preceded
+// by make_room() or planned with its units, so the margin only absorbs
+// the backend's own rounding (limits() says what a range costs in units).
+std::size_t SegmentTable::units_budget() const {
+  const std::size_t limit = limits_.mappings;
+  return limit == BackendLimits::kUnbounded ? limit : limit - limit / 16;
+}
+
+void SegmentTable::make_room(std::size_t units, SegmentId keep) {
+  if (units_ + units > units_budget()) enforce_budget(keep, units);
+}
+
+void SegmentTable::plan_evictions(std::vector<Zombie>* out, SegmentId keep,
+                                  std::size_t extra_units) {
   const std::size_t budget = mapping_budget();
+  out->reserve(out->size() + unpinned_by_age_.size());  // no zombie lost to a full heap
   auto it = unpinned_by_age_.begin();
-  while (mapped_bytes_ > budget && it != unpinned_by_age_.end()) {
+  while ((mapped_bytes_ > budget || units_ + extra_units > units_budget()) &&
+         it != unpinned_by_age_.end()) {
     const SegmentId victim = it->second;
     ++it;
     const Segment& seg = segments_[victim];
     if (victim == keep || mapped_inside(seg.va, seg.va_size) || !unmappable(seg)) continue;
-    out->push_back(detach(victim));
+    try {
+      out->push_back(detach(victim));  // detach changes nothing when it fails
+    } catch (const std::bad_alloc&) {
+      break;  // the host's heap ran out: what was detached so far is in `out`
+    }
     ++stats_.evictions.current;
   }
 }
 
-void SegmentTable::enforce_budget(SegmentId keep) {
+void SegmentTable::enforce_budget(SegmentId keep, std::size_t extra_units) {
   std::vector<Zombie> victims;
-  plan_evictions(&victims, keep);
+  plan_evictions(&victims, keep, extra_units);
+  zombies_.reserve(zombies_.size() + victims.size());
   for (Zombie& z : victims)
     if (!retire(z, true)) zombies_.push_back(std::move(z));
 }

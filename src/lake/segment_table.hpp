@@ -31,6 +31,7 @@
 #include "common/node_pool.hpp"
 #include "common/observer_list.hpp"
 #include "lake/chunk_pool.hpp"
+#include "lake/refusal.hpp"
 #include "lake/run_index.hpp"
 #include "lake/slot_runs.hpp"
 #include "lake/types.hpp"
@@ -93,6 +94,7 @@ struct Zombie {
   std::size_t va_size = 0;  // 0: part of a segment's reservation, nothing to free
   std::vector<std::pair<DevicePtr, std::size_t>> mapped;
   std::string error;
+  Status status = Status::ok;  // of the last refused call
 };
 
 // A range mapped by map_range, ready for register_segment.
@@ -102,6 +104,7 @@ struct MappedRange {
   std::vector<std::size_t> offsets;
   std::string error;             // the backend's message on failure
   std::vector<Zombie> leftover;  // what a failed mapping could not undo
+  Zombie undo;                   // on success: how to take the range back
 };
 
 struct SegmentTableOptions {
@@ -112,7 +115,7 @@ struct SegmentTableOptions {
 class SegmentTable {
  public:
   SegmentTable(Backend& backend, ChunkPool& pool, const SegmentTableOptions& options, Stats& stats,
-               ObserverList& observers, NodePool& nodes);
+               ObserverList& observers, NodePool& nodes, Refusal& refusal);
   ~SegmentTable();  // unmaps every segment and zombie
   SegmentTable(const SegmentTable&) = delete;
   SegmentTable& operator=(const SegmentTable&) = delete;
@@ -135,11 +138,11 @@ class SegmentTable {
   Status map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
                    MappedRange* out) const;
   SegmentId register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched);
-  // Maps `ids` into a new segment; kNone when virtual or physical memory
-  // runs out. Other backend failures throw.
+  // Maps `ids` into a new segment; kNone when a resource of the backend runs
+  // out (noted in the Refusal). Other backend failures throw.
   SegmentId map_segment(std::vector<ChunkId> ids, bool stitched);
-  // Maps free chunks at the end of segment `s`; false when the backend
-  // refuses for lack of memory (other failures throw).
+  // Maps free chunks at the end of segment `s`; false when a resource of
+  // the backend runs out (noted in the Refusal; other failures throw).
   bool extend(SegmentId s, const std::vector<ChunkId>& ids);
   // Unmaps a segment that owns no chunk; false when the backend refused
   // part of it (kept for a retry).
@@ -151,22 +154,36 @@ class SegmentTable {
   // it has a reservation of its own). Touches no table state.
   bool retire(Zombie& z, bool may_unreserve) const;
   void keep(Zombie z) { zombies_.push_back(std::move(z)); }
+  // Room for `n` more zombies, so that keeping them cannot fail.
+  void reserve_zombies(std::size_t n) { zombies_.reserve(zombies_.size() + n); }
   // Retries every zombie; true when none is left.
   bool retire_zombies();
   // Unmaps every segment nothing pins whose fences have completed; false
   // when the backend refused something (last_failure() says what).
   bool unmap_unpinned();
   const std::string& last_failure() const { return last_failure_; }
-  void clear_failure() { last_failure_.clear(); }
+  Status last_failure_status() const { return last_failure_status_; }
+  void clear_failure() {
+    last_failure_.clear();
+    last_failure_status_ = Status::ok;
+  }
 
   // ---- the mapping budget ----
   std::size_t mapping_budget() const;  // mapped bytes allowed (stitch_cache_ratio)
+  // Mapping units (backend.hpp) the ranges may hold: the backend's limit
+  // less a headroom.
+  std::size_t units_budget() const;
   bool over_budget() const;
+  std::size_t unpinned_count() const { return unpinned_by_age_.size(); }
   // Detaches least recently used unpinned segments (not `keep`) until the
-  // mapped total is within the budget; the unmapping is left to the caller.
-  void plan_evictions(std::vector<Zombie>* out, SegmentId keep);
+  // mapped bytes and, with `extra_units` more to come, the mapping units are
+  // within their budgets; the unmapping is left to the caller.
+  void plan_evictions(std::vector<Zombie>* out, SegmentId keep, std::size_t extra_units = 0);
   // The same, unmapping at once.
-  void enforce_budget(SegmentId keep);
+  void enforce_budget(SegmentId keep, std::size_t extra_units = 0);
+  // Before mapping `units` more: unmaps idle ranges where the units would
+  // cross their budget, so the backend's limit is not met.
+  void make_room(std::size_t units, SegmentId keep = kNone);
   void set_fences_done(FenceId through) { fences_done_ = through; }
   FenceId fences_done() const { return fences_done_; }
 
@@ -223,6 +240,7 @@ class SegmentTable {
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
   SegmentId new_slot();
+  void unregister(SegmentId id);
   [[noreturn]] void backend_failure(const char* what, Status s, const std::string& cause) const;
 
   Backend& backend_;
@@ -241,7 +259,11 @@ class SegmentTable {
   RunIndex free_runs_;           // every indexed segment's runs of free chunks, by bytes
   std::vector<Zombie> zombies_;  // retried by unmap_unpinned() and the destructor
   std::string last_failure_;
+  Status last_failure_status_ = Status::ok;
+  Refusal& refusal_;
+  const BackendLimits limits_;
   std::size_t mapped_bytes_ = 0;
+  std::size_t units_ = 0;  // mapping units the registered ranges hold
   std::uint64_t clock_ = 0;
   FenceId fences_done_;
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve

@@ -51,7 +51,6 @@ bool Jobs::wanted() {
 // run that serves it (mapping more costs driver time for runs that later
 // requests cut up anyway).
 void Jobs::plan_consolidation(StitchPlan* plan) {
-  demand_.stitched = false;
   *plan = StitchPlan{};
   const std::size_t cap = consolidation_bytes();
   std::size_t planned = 0;
@@ -60,11 +59,14 @@ void Jobs::plan_consolidation(StitchPlan* plan) {
        it != free.rend() && plan->ids.size() < options_.max_stitch_chunks && planned < cap; ++it) {
     const lake::ChunkId c = it->second;
     if (pool_[c].reserve) continue;
-    pool_.pin(c);
     planned += pool_.size(c);
     plan->ids.push_back(c);
     plan->handles.emplace_back(pool_[c].handle, pool_.size(c));
   }
+  // Only now, with nothing left that needs the heap, does the plan change
+  // the lake.
+  for (lake::ChunkId c : plan->ids) pool_.pin(c);
+  demand_.stitched = false;
 }
 
 void Jobs::plan_reserve(StitchPlan* plan) {
@@ -73,12 +75,16 @@ void Jobs::plan_reserve(StitchPlan* plan) {
   std::size_t deficit = (options_.reserve - pool_.reserve_bytes()) / g * g;
   deficit = std::min(deficit, (pool_.capacity() - pool_.reserved_bytes()) / g * g);
   plan->create_sizes = lake::chunk_sizes_for(deficit, options_);
+  plan->handles.reserve(plan->create_sizes.size());
   pool_.begin_creating(deficit);
 }
 
 bool Jobs::plan(Job* job) {
   job->stitch = false;
   job->evictions.clear();
+  // Room for the evictions first: the plans below pin chunks, and nothing
+  // after them may fail for want of heap.
+  job->evictions.reserve(table_.unpinned_count());
   if (wants_consolidation()) {
     plan_consolidation(&job->plan);
     job->stitch = true;
@@ -86,7 +92,9 @@ bool Jobs::plan(Job* job) {
     plan_reserve(&job->plan);
     job->stitch = true;
   }
-  table_.plan_evictions(&job->evictions, lake::kNone);
+  const std::size_t units =
+      job->stitch ? job->plan.handles.size() + job->plan.create_sizes.size() + 1 : 0;
+  table_.plan_evictions(&job->evictions, lake::kNone, units);
   job->eviction_bytes = 0;
   for (const lake::Zombie& z : job->evictions)
     for (const auto& [va, bytes] : z.mapped) job->eviction_bytes += bytes;
@@ -104,7 +112,13 @@ void Jobs::execute(Job& job) const {
       if (plan.status != Status::ok) break;
       plan.handles.emplace_back(h, size);
     }
-    if (plan.status == Status::ok) plan.status = table_.map_range(plan.handles, &plan.range);
+    if (plan.status == Status::ok) {
+      try {
+        plan.status = table_.map_range(plan.handles, &plan.range);
+      } catch (const std::bad_alloc&) {  // before anything was mapped
+        plan.status = Status::out_of_host_memory;
+      }
+    }
     // A reserve that could not be mapped is given back at once; a handle the
     // backend will not release stays adopted (commit) so nothing leaks.
     if (plan.status != Status::ok && !plan.create_sizes.empty())
@@ -136,42 +150,75 @@ void Jobs::report(const Job& job, bool failed) const {
 // Registers the range (or, if mapping failed, leaves the lake as it was),
 // unpins the chunks, and keeps what could not be unmapped for a retry.
 void Jobs::commit(Job& job) {
-  for (lake::Zombie& z : job.evictions) table_.keep(std::move(z));
-  job.evictions.clear();
+  if (job.stitch)
+    for (lake::ChunkId c : job.plan.ids) {
+      assert(pool_[c].pins > 0);
+      pool_.unpin(c);
+    }
+  keep(job.evictions);
   if (!job.stitch) {
     report(job, false);
     return;
   }
   StitchPlan& plan = job.plan;
-  for (lake::ChunkId c : plan.ids) {
-    assert(pool_[c].pins > 0);
-    pool_.unpin(c);
-  }
-  for (lake::Zombie& z : plan.range.leftover) table_.keep(std::move(z));
+  keep(plan.range.leftover);
   const bool reserve = !plan.create_sizes.empty();
-  if (reserve) {
-    pool_.end_creating();
-    for (auto [handle, size] : plan.handles) {
-      const lake::ChunkId id = pool_.adopt(handle, size);
-      if (plan.status != Status::ok) continue;  // an unreleasable leftover: a plain free chunk
-      pool_.mark_reserve(id);
-      plan.ids.push_back(id);
+  if (reserve) pool_.end_creating();
+  std::size_t adopted = 0;
+  lake::Zombie undo = std::move(plan.range.undo);
+  try {
+    if (reserve) {
+      plan.ids.reserve(plan.ids.size() + plan.handles.size());
+      for (; adopted < plan.handles.size(); ++adopted) {
+        const auto [handle, size] = plan.handles[adopted];
+        const lake::ChunkId id = pool_.adopt(handle, size);
+        if (plan.status != Status::ok) continue;  // an unreleasable leftover: a plain free chunk
+        pool_.mark_reserve(id);
+        plan.ids.push_back(id);
+      }
     }
-  }
-  if (plan.status != Status::ok) {
+    if (plan.status != Status::ok) {
+      ++stats_.worker_failures.current;
+      report(job, true);
+      return;
+    }
+    const lake::SegmentId s =
+        table_.register_segment(std::move(plan.ids), std::move(plan.range), /*stitched=*/!reserve);
+    report(job, false);
+    if (reserve) {
+      table_.add_reserve(s);
+      return;
+    }
+    table_.add_consolidated(s);
+    ++stats_.worker_stitches.current;
+  } catch (const std::bad_alloc&) {
+    if (plan.status == Status::ok) table_.retire(undo, true);
+    abandon(plan, adopted);
     ++stats_.worker_failures.current;
     report(job, true);
-    return;
   }
-  report(job, false);
-  const lake::SegmentId s = table_.register_segment(std::move(plan.ids), std::move(plan.range),
-                                                    /*stitched=*/!reserve);
-  if (reserve) {
-    table_.add_reserve(s);
-    return;
+}
+
+// What the backend could not unmap is kept for a retry; where the heap has
+// no room for the list, one more try now.
+void Jobs::keep(std::vector<lake::Zombie>& zombies) {
+  for (lake::Zombie& z : zombies) {
+    try {
+      table_.keep(std::move(z));
+    } catch (const std::bad_alloc&) {
+      table_.retire(z, true);
+    }
   }
-  table_.add_consolidated(s);
-  ++stats_.worker_stitches.current;
+  zombies.clear();
+}
+
+// The host's heap ran out while a job was made part of the lake (its range
+// went back already): the chunks it created and the pool did not take go
+// back too.
+void Jobs::abandon(StitchPlan& plan, std::size_t adopted) {
+  if (!plan.create_sizes.empty())
+    for (std::size_t i = adopted; i < plan.handles.size(); ++i)
+      pool_.backend().release_chunk(plan.handles[i].first);
 }
 
 }  // namespace memlake::worker

@@ -48,9 +48,13 @@ class Jobs {
   // Free memory is scattered after a request had to stitch, the reserve is
   // short, or more is mapped than the budget allows. Catches the segments up.
   bool wanted();
+  // plan() changes nothing when it throws (the host's heap ran out);
+  // execute() and commit() do not throw: a job that cannot be completed
+  // leaves the lake as it was and counts in worker_failures.
   bool plan(Job* job);
   void execute(Job& job) const;
   void commit(Job& job);
+  void count_failure() { ++stats_.worker_failures.current; }
 
  private:
   bool wants_consolidation();
@@ -59,6 +63,8 @@ class Jobs {
   void plan_consolidation(StitchPlan* plan);
   void plan_reserve(StitchPlan* plan);
   void report(const Job& job, bool failed) const;
+  void abandon(StitchPlan& plan, std::size_t adopted);
+  void keep(std::vector<lake::Zombie>& zombies);
 
   lake::ChunkPool& pool_;
   lake::SegmentTable& table_;

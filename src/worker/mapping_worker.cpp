@@ -41,10 +41,27 @@ void MappingWorker::nudge() {
 void MappingWorker::run_inline() {
   CriticalPathPause not_the_callers_work;
   WorkerThreadScope worker;
+  run_job(nullptr);
+}
+
+// One job, planned and committed with the lock held and executed without it
+// (`lock`, when given, is released meanwhile). Nothing escapes: a plan the
+// host's heap cannot hold is dropped and counted as a failed job.
+void MappingWorker::run_job(std::unique_lock<std::mutex>* lock) {
   worker::Job job;
-  if (!jobs_.plan(&job)) return;
+  try {
+    if (!jobs_.plan(&job)) return;
+  } catch (const std::exception&) {
+    jobs_.count_failure();
+    return;
+  }
+  busy_ = true;
+  if (lock) lock->unlock();
   jobs_.execute(job);
+  if (lock) lock->lock();
   jobs_.commit(job);
+  busy_ = false;
+  idle_.notify_all();
 }
 
 void MappingWorker::loop() {
@@ -54,15 +71,7 @@ void MappingWorker::loop() {
     wake_.wait(lock, [&] { return pending_ || stopping_; });
     if (stopping_) return;
     pending_ = false;
-    worker::Job job;
-    if (!jobs_.plan(&job)) continue;
-    busy_ = true;
-    lock.unlock();
-    jobs_.execute(job);
-    lock.lock();
-    jobs_.commit(job);
-    busy_ = false;
-    idle_.notify_all();
+    run_job(&lock);
   }
 }
 

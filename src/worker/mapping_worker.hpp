@@ -39,6 +39,7 @@ class MappingWorker {
  private:
   void loop();
   void run_inline();
+  void run_job(std::unique_lock<std::mutex>* lock);
 
   std::mutex& lock_;
   worker::Jobs jobs_;

@@ -33,8 +33,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "shareable",
                                         "record",
                                         "on_misuse",
-                                        "host_granularity",
-                                        "host_simulate_latency",
+                                        "host_granularity", "host_max_mappings", "host_max_fds", "host_max_va", "host_simulate_latency",
                                         "small_max",
                                         "max_chunk",
                                         "large_chunk",
@@ -45,7 +44,8 @@ const std::vector<std::string> kKeys = {"backend",
 
 const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
-    "record, on_misuse, host_granularity, host_simulate_latency, small_max, max_chunk, "
+    "record, on_misuse, host_granularity, host_max_mappings, host_max_fds, host_max_va, "
+    "host_simulate_latency, small_max, max_chunk, "
     "large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
 
 std::string upper(std::string s) {
@@ -119,7 +119,10 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.max_stitch_chunks, b.max_stitch_chunks);
   EXPECT_EQ(a.large_chunk, b.large_chunk);
   EXPECT_EQ(a.large_chunk_from, b.large_chunk_from);
-  EXPECT_EQ(a.record, b.record);
+    EXPECT_EQ(a.record, b.record);
+  EXPECT_EQ(a.host_max_mappings, b.host_max_mappings);
+  EXPECT_EQ(a.host_max_fds, b.host_max_fds);
+  EXPECT_EQ(a.host_max_va, b.host_max_va);
   EXPECT_EQ(a.on_misuse, b.on_misuse);
   EXPECT_EQ(a.peer_access, b.peer_access);
   EXPECT_EQ(a.worker, b.worker);
@@ -488,7 +491,8 @@ TEST(Options, DescribeValuesParseBack) {
       "backend:cuda,device:5,capacity:1536M,capacity_fraction:0.3,host_granularity:8K,"
       "host_simulate_latency:yes,small_max:12345,max_chunk:3G,fit_slack:0.1,"
       "stitch_cache_ratio:0.7,max_stitch_chunks:99,large_chunk:6M,large_chunk_from:100M,"
-      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on,record:/tmp/t.csv");
+      "on_misuse:abort,peer_access:4+7,reserve:3M,shareable:on,record:/tmp/t.csv,"
+      "host_max_mappings:6553,host_max_fds:512,host_max_va:1T");
   std::string conf;
   for (const std::string& line : lines_of(original.describe())) {
     conf += line.substr(0, line.find(' '));

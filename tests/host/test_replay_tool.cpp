@@ -136,8 +136,7 @@ TEST(ReplayTool, ExceptionsOfAnyKindFromTheBackendAreNamed) {
     BackendFactory backend;
     const char* cause;
   };
-  const Case cases[] = {
-      {throwing(std::bad_alloc()), "a host memory request failed (std::bad_alloc)"},
+    const Case cases[] = {
       {throwing(std::runtime_error("driver on fire")), "(std::runtime_error): driver on fire"},
       {throwing(misuse("bad\nfree")), "misuse (memlake::misuse): bad free"},
       {throwing(42), "an exception that is not a std::exception"},
@@ -149,6 +148,15 @@ TEST(ReplayTool, ExceptionsOfAnyKindFromTheBackendAreNamed) {
     EXPECT_THAT(r.err, HasSubstr(trace.path() + ":3: allocate(4194304) failed: "));
     EXPECT_THAT(r.err, HasSubstr(c.cause));
   }
+}
+
+// The allocator turns std::bad_alloc inside allocate (the host's heap ran
+// out) into out_of_memory: the trace did not fit, status 1, named.
+TEST(ReplayTool, AHostHeapFailureInsideAllocateIsOutOfMemory) {
+  TraceFile trace("replay_tool_heap.csv", kTrace);
+  const ToolRun r = run_tool({"--no-progress", "--json", trace.path()}, throwing(std::bad_alloc()));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the host's heap ran out inside the allocator"));
 }
 
 TEST(ReplayTool, AnAllocatorThatCannotBeBuiltIsStatusThree) {

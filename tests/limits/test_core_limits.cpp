@@ -5,16 +5,12 @@
 // the allocator is an error, never a std::bad_alloc out of allocate or an
 // end of the process from the worker's thread; and the worker's thread
 // changes no outcome.
-//
-// The allocator does not do this yet, so these tests skip unless
-// MEMLAKE_CORE_LIMITS=1; each names the behaviour it waits for.
-// docs/reliability.md ("Limits") describes what fails today and where.
+// docs/reliability.md ("Limits other than memory") says how.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,17 +33,6 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // The emulated mapping limit below: a fraction of what the workload's cache
 // holds without one, well above what its live blocks need.
 constexpr std::size_t kLimit = 600;
-
-bool core_limits_on() {
-  const char* v = std::getenv("MEMLAKE_CORE_LIMITS");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
-#define SKIP_UNTIL_THE_ALLOCATOR(what)                                                    \
-  if (!core_limits_on())                                                                  \
-  GTEST_SKIP() << "the allocator does not yet " what                                      \
-               << " (issue 28; docs/reliability.md, Limits); MEMLAKE_CORE_LIMITS=1 runs " \
-                  "this test"
 
 // An allocator over counting(fault(host)) with the given HostBackend.
 struct Rig {
@@ -152,7 +137,6 @@ TEST(CoreLimits, TheWorkloadHoldsSeveralTimesTheLimitWithoutOne) {
 }
 
 TEST(CoreLimits, AMappingLimitIsMetByGivingBackIdleMappings) {
-  SKIP_UNTIL_THE_ALLOCATOR("give back idle mappings when the backend says out_of_mappings");
   const SoakReport r = run_soak(one_stream(kLimit, false));
   std::printf("[ soak     ] %s\n", r.summary().c_str());
   EXPECT_GT(r.refused.count("out_of_mappings"), 0u) << "the limit was met";
@@ -162,7 +146,6 @@ TEST(CoreLimits, AMappingLimitIsMetByGivingBackIdleMappings) {
 }
 
 TEST(CoreLimits, TheWorkerThreadChangesNoOutcomeAtAMappingLimit) {
-  SKIP_UNTIL_THE_ALLOCATOR("give the same outcome with worker:thread as inline at a limit");
   for (bool thread : {false, true, true, true}) {
     const SoakReport r = run_soak(one_stream(kLimit, thread));
     std::printf("[ soak     ] worker:%s %s\n", thread ? "thread" : "inline", r.summary().c_str());
@@ -176,7 +159,6 @@ TEST(CoreLimits, TheWorkerThreadChangesNoOutcomeAtAMappingLimit) {
 // memory: the request is served after a retry, or fails as out_of_memory
 // naming the status; never backend_error.
 TEST(CoreLimits, EveryExhaustionRefusalIsRetriedOrReportedAsOutOfMemory) {
-  SKIP_UNTIL_THE_ALLOCATOR("turn exhaustion refusals into a retry or out_of_memory");
   for (VmmOp op : {VmmOp::reserve, VmmOp::create, VmmOp::map, VmmOp::set_access}) {
     for (Status kind : {Status::out_of_va, Status::out_of_mappings, Status::out_of_descriptors,
                         Status::out_of_host_memory}) {
@@ -204,7 +186,6 @@ TEST(CoreLimits, EveryExhaustionRefusalIsRetriedOrReportedAsOutOfMemory) {
 // caller gets a memlake::error (out_of_memory), never std::bad_alloc, and
 // the allocator stays consistent and usable.
 TEST(CoreLimits, AHeapFailureInsideAllocateIsAnError) {
-  SKIP_UNTIL_THE_ALLOCATOR("turn std::bad_alloc inside allocate into memlake::error");
   for (std::size_t allow = 0; allow < 100'000; allow += 1 + allow / 8) {
     Rig r(small_host());
     stitch_rounds(*r.alloc, 2);     // cached ranges for reclaim to give back
@@ -231,7 +212,6 @@ TEST(CoreLimits, AHeapFailureInsideAllocateIsAnError) {
 // process goes on (a std::bad_alloc out of the thread's function would end
 // it in std::terminate).
 TEST(CoreLimits, AHeapFailureOnTheWorkerThreadDoesNotEndTheProcess) {
-  SKIP_UNTIL_THE_ALLOCATOR("catch what the worker's job throws");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
