@@ -86,7 +86,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
   const lake::Placed p =
-      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history});
+      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history}, stream);
   if (!p) out_of_memory(bytes, stream);
   // Memory freed under a fence another stream recorded: the caller's stream
   // waits for that stream's work first.
@@ -101,9 +101,16 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
   return hand_out(p, bytes, stream, timed.elapsed());
 }
 
-lake::Placed AllocatorImpl::climb(const lake::Request& request) {
+lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   lake_.fences_completed(order_.completed());
-  lake::Placed p = lake_.place(request, lake::Budget::map);
+  lake::Placed p = lake_.place(request, lake::Budget::reuse);
+  // Past the rungs that reuse what is mapped, the work is driver calls:
+  // observers see it as slow work until the climb ends.
+  SlowWorkScope slow(observers_, SlowWork::allocation);
+  if (!p) {
+    slow.begin(request.size, stream);
+    p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);
+  }
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
   if (p) return p;

@@ -77,7 +77,7 @@ class AllocatorImpl {
 
   // The ladder in budget order, reclaim included; an empty Placed when
   // nothing serves.
-  lake::Placed climb(const lake::Request& request);
+  lake::Placed climb(const lake::Request& request, Stream stream);
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
   // errors.cpp
   // Counts in misuse_errors unless the call was a query (allocation_size).

@@ -51,6 +51,7 @@ class Jobs {
   bool plan(Job* job);
   void execute(Job& job) const;
   void commit(Job& job);
+  const ObserverList& observers() const { return observers_; }
 
  private:
   bool wants_consolidation();

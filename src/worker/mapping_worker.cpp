@@ -43,6 +43,8 @@ void MappingWorker::run_inline() {
   WorkerThreadScope worker;
   worker::Job job;
   if (!jobs_.plan(&job)) return;
+  SlowWorkScope slow(jobs_.observers(), SlowWork::worker_job);
+  slow.begin(0, nullptr);
   jobs_.execute(job);
   jobs_.commit(job);
 }
@@ -57,6 +59,9 @@ void MappingWorker::loop() {
     worker::Job job;
     if (!jobs_.plan(&job)) continue;
     busy_ = true;
+    // Under the lock on both sides, around the driver calls.
+    SlowWorkScope slow(jobs_.observers(), SlowWork::worker_job);
+    slow.begin(0, nullptr);
     lock.unlock();
     jobs_.execute(job);
     lock.lock();
