@@ -6,7 +6,7 @@
 
 #include "common/stat_update.hpp"
 #include "common/timing.hpp"
-#include "profiling/trace_recorder.hpp"
+#include "profiling/profiling.hpp"
 
 namespace memlake {
 
@@ -52,19 +52,12 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   return o;
 }
 
-std::unique_ptr<TraceRecorder> make_recorder(const Config& c, ObserverList& observers) {
-  if (c.record.empty()) return nullptr;
-  auto r = std::make_unique<TraceRecorder>(c.record, c.device);
-  observers.add(r.get());
-  return r;
-}
-
 }  // namespace
 
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
     : config_(validated(config)),
       backend_(wrap_counting(std::move(backend), &counting_)),
-      recorder_(make_recorder(config_, observers_)),
+      profilers_(Profilers::install(config_, capacity_of(config_, *counting_), observers_)),
       pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_),
       order_(*backend_, stats_, observers_),

@@ -33,7 +33,7 @@
 
 namespace memlake {
 
-class TraceRecorder;  // profiling/trace_recorder.hpp
+class Profilers;  // profiling/profiling.hpp
 
 class AllocatorImpl {
  public:
@@ -66,6 +66,8 @@ class AllocatorImpl {
   // For diagnostics and tests; the caller must not run allocations meanwhile.
   const lake::Lake& lake() const { return lake_; }
   lake::Lake& lake() { return lake_; }
+  // nullptr when no profiling option is on.
+  const Profilers* profilers() const { return profilers_.get(); }
 
  private:
   struct LiveBlock {
@@ -93,8 +95,10 @@ class AllocatorImpl {
   mutable std::mutex mutex_;
   mutable Stats stats_;
   ObserverList observers_;
-  std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
-  lake::ChunkPool pool_;                     // before the lake, which takes its chunks
+  // The observers of the options record, timeline and nvtx; they outlive the
+  // lake's events.
+  std::unique_ptr<Profilers> profilers_;
+  lake::ChunkPool pool_;  // before the lake, which takes its chunks
   lake::Lake lake_;
   StreamOrder order_;
   NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free

@@ -32,6 +32,9 @@ const std::vector<std::string> kKeys = {"backend",
                                         "reserve",
                                         "shareable",
                                         "record",
+                                        "nvtx",
+                                        "timeline",
+                                        "timeline_events",
                                         "on_misuse",
                                         "host_granularity",
                                         "host_simulate_latency",
@@ -45,7 +48,7 @@ const std::vector<std::string> kKeys = {"backend",
 
 const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
-    "record, on_misuse, host_granularity, host_simulate_latency, small_max, max_chunk, "
+    "record, nvtx, timeline, timeline_events, on_misuse, host_granularity, host_simulate_latency, small_max, max_chunk, "
     "large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
 
 std::string upper(std::string s) {
