@@ -1,5 +1,5 @@
 # The installed package: headers, libmemlake.so and libmemlake.a,
-# memlake-replay, a CMake package (find_package(memlake CONFIG)) with the
+# memlake-replay and memlake-report, a CMake package (find_package(memlake CONFIG)) with the
 # targets memlake::memlake (shared) and memlake::memlake_static, and
 # pkg-config files (memlake.pc, memlake-static.pc). Included last by the root
 # CMakeLists.txt, once every target exists.
@@ -39,7 +39,7 @@ install(TARGETS memlake memlake_shared EXPORT memlakeTargets
 install(DIRECTORY include/memlake DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 if(TARGET memlake-replay)
-  install(TARGETS memlake-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS memlake-replay memlake-report RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
 # ---- CMake package ----------------------------------------------------------
