@@ -12,7 +12,8 @@ the replay's --timeline file each make a page that
 
 A page whose data is broken must be seen as failed, so these checks can
 fail. Without chromium every case is skipped (exit 77, which ctest reports
-as skipped).
+as skipped), unless MEMLAKE_REQUIRE_CHROMIUM=1 (.ci/run's stage) makes that
+a failure.
 
 usage: test_html_report.py --replay MEMLAKE_REPLAY --report MEMLAKE_REPORT --trace TRACE
 """
@@ -138,6 +139,8 @@ class Report(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if chromium() is None:
+            if os.environ.get("MEMLAKE_REQUIRE_CHROMIUM") == "1":
+                raise AssertionError("chromium is not installed and MEMLAKE_REQUIRE_CHROMIUM=1")
             raise unittest.SkipTest("chromium is not installed (apt-get install chromium)")
         cls.tmp = Path(tempfile.mkdtemp(prefix="memlake-report-"))
         cls.replay_html = cls.tmp / "replay.html"
