@@ -1,7 +1,7 @@
 // Timeline::snapshot_json_of: the current state and the events kept, in the
 // form of PyTorch's memory snapshot (torch.cuda.memory._snapshot()), which
 // pytorch.org/memory_viz and torch.cuda._memory_viz read once pickled
-// (python/memlake/snapshot.py does that):
+// (python/memlake/memory_snapshot.py does that):
 //
 //   segments       one per mapped range (an extension joins its range), with
 //                  "stitched" telling a range over chunks that existed

@@ -2,6 +2,7 @@
 // includes the NVTX headers.
 #include "profiling/nvtx_observer.hpp"
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -106,9 +107,16 @@ void NvtxObserver::register_heap(std::uint64_t va, std::uint64_t bytes) {
   desc.category = static_cast<std::uint32_t>(device_) + 1;
   desc.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   desc.message.registered = names().range;
-  nvtxMemHeapHandle_t heap = nvtxMemHeapRegister(names().domain, &desc);
+  void* heap = nvtxMemHeapRegister(names().domain, &desc);
+  // Without a tool NVTX hands back no heap: nothing listens to the memory
+  // API, so its bookkeeping stops here (ranges and markers go on).
+  if (heap == nullptr) {
+    memory_api_ = false;
+    heaps_.clear();
+    live_ = {};
+    return;
+  }
   heaps_[va] = Heap{bytes, heap};
-  register_blocks(heap, va, bytes);
 }
 
 void NvtxObserver::unregister_heap(std::map<std::uint64_t, Heap>::iterator it) {
@@ -116,24 +124,41 @@ void NvtxObserver::unregister_heap(std::map<std::uint64_t, Heap>::iterator it) {
   heaps_.erase(it);
 }
 
-void NvtxObserver::register_blocks(void* heap, std::uint64_t va, std::uint64_t bytes) {
-  std::vector<nvtxMemVirtualRangeDesc_t> blocks;
-  for (auto it = live_.lower_bound(va); it != live_.end() && it->first < va + bytes; ++it) {
-    nvtxMemVirtualRangeDesc_t d{};
-    d.size = it->second;
-    d.ptr = reinterpret_cast<const void*>(it->first);
-    blocks.push_back(d);
-  }
-  if (blocks.empty()) return;
+namespace {
+
+void register_regions(void* heap, const nvtxMemVirtualRangeDesc_t* regions, std::size_t n) {
   nvtxMemRegionsRegisterBatch_t batch{};
   batch.extCompatID = NVTX_EXT_COMPATID_MEM;
   batch.structSize = sizeof batch;
   batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
   batch.heap = static_cast<nvtxMemHeapHandle_t>(heap);
-  batch.regionCount = blocks.size();
+  batch.regionCount = n;
   batch.regionDescElementSize = sizeof(nvtxMemVirtualRangeDesc_t);
-  batch.regionDescElements = blocks.data();
+  batch.regionDescElements = regions;
   nvtxMemRegionsRegister(names().domain, &batch);
+}
+
+}  // namespace
+
+void NvtxObserver::register_block(void* heap, std::uint64_t ptr, std::uint64_t bytes) {
+  nvtxMemVirtualRangeDesc_t d{};
+  d.size = bytes;
+  d.ptr = reinterpret_cast<const void*>(ptr);
+  register_regions(heap, &d, 1);
+}
+
+void NvtxObserver::register_blocks(void* heap, std::uint64_t va, std::uint64_t bytes) {
+  std::vector<nvtxMemVirtualRangeDesc_t> blocks;
+  live_.each([&](std::uint64_t ptr, std::uint64_t size) {
+    if (ptr < va || ptr >= va + bytes) return;
+    nvtxMemVirtualRangeDesc_t d{};
+    d.size = size;
+    d.ptr = reinterpret_cast<const void*>(ptr);
+    blocks.push_back(d);
+  });
+  std::sort(blocks.begin(), blocks.end(),
+            [](const auto& a, const auto& b) { return a.ptr < b.ptr; });
+  if (!blocks.empty()) register_regions(heap, blocks.data(), blocks.size());
 }
 
 std::map<std::uint64_t, NvtxObserver::Heap>::iterator NvtxObserver::heap_of(std::uint64_t ptr) {
@@ -144,10 +169,12 @@ std::map<std::uint64_t, NvtxObserver::Heap>::iterator NvtxObserver::heap_of(std:
 }
 
 void NvtxObserver::on_alloc(const AllocEvent& e) {
-  const auto ptr = reinterpret_cast<std::uint64_t>(e.ptr);
-  live_[ptr] = e.size;
-  auto heap = heap_of(ptr);
-  if (heap != heaps_.end()) register_blocks(heap->second.handle, ptr, 1);
+  if (memory_api_) {
+    const auto ptr = reinterpret_cast<std::uint64_t>(e.ptr);
+    live_.put(ptr, e.size);
+    auto heap = heap_of(ptr);
+    if (heap != heaps_.end()) register_block(heap->second.handle, ptr, e.size);
+  }
   if (t_slow_allocation) {
     t_slow_allocation = false;
     mark(names().rung[static_cast<int>(e.rung)], e.size, device_);
@@ -155,7 +182,7 @@ void NvtxObserver::on_alloc(const AllocEvent& e) {
 }
 
 void NvtxObserver::on_free(const FreeEvent& e) {
-  if (live_.erase(reinterpret_cast<std::uint64_t>(e.ptr)) == 0) return;
+  if (!memory_api_ || !live_.erase(reinterpret_cast<std::uint64_t>(e.ptr))) return;
   nvtxMemRegionRef_t ref{};
   ref.pointer = e.ptr;
   nvtxMemRegionsUnregisterBatch_t batch{};
@@ -170,23 +197,27 @@ void NvtxObserver::on_free(const FreeEvent& e) {
 
 // An extension at a heap's end (or a new range right after one) replaces
 // that heap by one over both: a block may lie across the old end.
+// A new range holds no block yet; a joined one keeps those it held.
 void NvtxObserver::on_map(const MapEvent& e) {
-  std::uint64_t va = e.va, bytes = e.bytes;
-  auto after = heaps_.lower_bound(va);
+  if (!memory_api_) return;
+  auto after = heaps_.lower_bound(e.va);
   if (after != heaps_.begin()) {
     auto before = std::prev(after);
-    if (before->first + before->second.bytes == va) {
-      va = before->first;
-      bytes += before->second.bytes;
+    if (before->first + before->second.bytes == e.va) {
+      const std::uint64_t va = before->first, bytes = before->second.bytes + e.bytes;
       unregister_heap(before);
+      register_heap(va, bytes);
+      if (memory_api_) register_blocks(heaps_[va].handle, va, bytes);
+      return;
     }
   }
-  register_heap(va, bytes);
+  register_heap(e.va, e.bytes);
 }
 
 // Cuts [va, va + bytes) out of the heaps holding it: what is left of them
 // becomes heaps of its own, with their live blocks.
 void NvtxObserver::on_unmap(const MapEvent& e) {
+  if (!memory_api_) return;
   const std::uint64_t end = e.va + e.bytes;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> left;
   auto it = heaps_.upper_bound(e.va);
@@ -203,7 +234,10 @@ void NvtxObserver::on_unmap(const MapEvent& e) {
     if (last > end) left.emplace_back(end, last - end);
     it = next;
   }
-  for (auto [va, bytes] : left) register_heap(va, bytes);
+  for (auto [va, bytes] : left) {
+    register_heap(va, bytes);
+    if (memory_api_) register_blocks(heaps_[va].handle, va, bytes);
+  }
 }
 
 void NvtxObserver::on_reclaim(std::size_t released) {
@@ -243,7 +277,7 @@ bool NvtxObserver::available() {
 NvtxObserver::NvtxObserver(int device) : device_(device) {}
 NvtxObserver::~NvtxObserver() {
   heaps_.clear();
-  live_.clear();
+  live_ = {};
 }
 void NvtxObserver::on_alloc(const AllocEvent&) {}
 void NvtxObserver::on_free(const FreeEvent&) {}

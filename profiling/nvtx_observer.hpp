@@ -17,8 +17,10 @@
 //   sees new blocks as uninitialized.
 //
 // Only this file's .cpp includes the NVTX headers (NVTX3, header-only; the
-// calls cost a branch each until a tool injects itself). Built where the
-// nvtx3 headers are found (MEMLAKE_HAVE_NVTX).
+// calls cost a branch each until a tool injects itself; without a tool the
+// first heap registration returns no heap, and the observer stops keeping
+// heaps and blocks). Built where the nvtx3 headers are found
+// (MEMLAKE_HAVE_NVTX).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,7 @@
 #include <map>
 
 #include "memlake/observer.hpp"
+#include "profiling/block_table.hpp"
 
 namespace memlake {
 
@@ -55,16 +58,20 @@ class NvtxObserver final : public Observer {
     std::uint64_t bytes = 0;
     void* handle = nullptr;  // nvtxMemHeapHandle_t
   };
+  // Registers the heap alone: the caller registers the blocks in it.
   void register_heap(std::uint64_t va, std::uint64_t bytes);
   void unregister_heap(std::map<std::uint64_t, Heap>::iterator it);
-  // Registers the live blocks inside [va, va + bytes) in `heap`.
+  // Registers the live blocks inside [va, va + bytes) in `heap` (all live
+  // blocks are looked at: it runs when ranges change, not per block).
   void register_blocks(void* heap, std::uint64_t va, std::uint64_t bytes);
+  void register_block(void* heap, std::uint64_t ptr, std::uint64_t bytes);
   std::map<std::uint64_t, Heap>::iterator heap_of(std::uint64_t ptr);
 
   // Guarded by the allocator's lock, under which every callback runs.
   int device_;
-  std::map<std::uint64_t, Heap> heaps_;          // by base address, disjoint
-  std::map<std::uint64_t, std::uint64_t> live_;  // block -> size
+  bool memory_api_ = true;               // false once NVTX said no tool listens
+  std::map<std::uint64_t, Heap> heaps_;  // by base address, disjoint
+  BlockTable<std::uint64_t> live_;       // block -> size
 };
 
 }  // namespace memlake

@@ -3,6 +3,7 @@
 #include "profiling/timeline.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -49,6 +50,12 @@ void interval_remove(std::map<std::uint64_t, Timeline::Range>& ranges, std::uint
   }
 }
 
+namespace {
+std::uint32_t clamped_duration(std::int64_t ns) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(ns, 0, UINT32_MAX));
+}
+}  // namespace
+
 Timeline::Timeline(int device, std::size_t max_events, const std::string& path,
                    std::uint64_t capacity_bytes)
     : device_(device),
@@ -56,6 +63,10 @@ Timeline::Timeline(int device, std::size_t max_events, const std::string& path,
       path_(path.empty() ? path : TraceRecorder::expand(path, device)),
       capacity_bytes_(capacity_bytes),
       start_ns_(now_ns()) {
+  // The ring's address space up front (up to 2M events, 96 MiB): pages are
+  // only touched as events fill them, and no growth copies the ring on the
+  // allocating thread. Larger rings grow past that.
+  ring_.reserve(std::min<std::size_t>(max_events_, std::size_t{1} << 21));
   if (!path_.empty()) close_at_exit_register(this);
 }
 
@@ -81,10 +92,10 @@ void Timeline::push(const Record& r) {
 
 void Timeline::on_alloc(const AllocEvent& e) {
   const auto ptr = reinterpret_cast<std::uint64_t>(e.ptr);
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
-  r.dur_ns = e.ns;
+  r.dur_ns = clamped_duration(e.ns);
   r.addr = ptr;
   r.size = e.size;
   r.requested = e.bytes;
@@ -92,29 +103,29 @@ void Timeline::on_alloc(const AllocEvent& e) {
   r.kind = Kind::alloc;
   r.detail = static_cast<std::uint8_t>(e.rung);
   push(r);
-  live_[ptr] = Block{e.size, e.bytes, e.stream};
+  live_.put(ptr, Block{e.size, e.bytes, e.stream});
   totals_.live += static_cast<std::int64_t>(e.size);
 }
 
 void Timeline::on_free(const FreeEvent& e) {
   const auto ptr = reinterpret_cast<std::uint64_t>(e.ptr);
-  std::lock_guard lock(mutex_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) return;  // allocated before the timeline began
+  std::lock_guard lock(lock_);
+  const Block* b = live_.find(ptr);
+  if (b == nullptr) return;  // allocated before the timeline began
   Record r;
   r.ns = now();
   r.addr = ptr;
-  r.size = it->second.size;
-  r.requested = it->second.requested;
+  r.size = b->size;
+  r.requested = b->requested;
   r.stream = e.stream;
   r.kind = Kind::free;
   push(r);
-  totals_.live -= static_cast<std::int64_t>(it->second.size);
-  live_.erase(it);
+  totals_.live -= static_cast<std::int64_t>(b->size);
+  live_.erase(ptr);
 }
 
 void Timeline::on_map(const MapEvent& e) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.addr = e.va;
@@ -127,7 +138,7 @@ void Timeline::on_map(const MapEvent& e) {
 }
 
 void Timeline::on_unmap(const MapEvent& e) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.addr = e.va;
@@ -140,7 +151,7 @@ void Timeline::on_unmap(const MapEvent& e) {
 }
 
 void Timeline::on_chunk_created(std::size_t bytes) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.size = bytes;
@@ -150,7 +161,7 @@ void Timeline::on_chunk_created(std::size_t bytes) {
 }
 
 void Timeline::on_chunk_released(std::size_t bytes) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.size = bytes;
@@ -160,7 +171,7 @@ void Timeline::on_chunk_released(std::size_t bytes) {
 }
 
 void Timeline::on_reclaim(std::size_t released) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.size = released;
@@ -169,7 +180,7 @@ void Timeline::on_reclaim(std::size_t released) {
 }
 
 void Timeline::on_stream_wait(void* stream, void* source) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.addr = reinterpret_cast<std::uint64_t>(source);
@@ -179,10 +190,10 @@ void Timeline::on_stream_wait(void* stream, void* source) {
 }
 
 void Timeline::on_worker_job(const WorkerJobEvent& e) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = std::max<std::int64_t>(e.start_ns - start_ns_, 0);
-  r.dur_ns = std::max<std::int64_t>(e.end_ns - start_ns_ - r.ns, 0);
+  r.dur_ns = clamped_duration(e.end_ns - start_ns_ - r.ns);
   r.size = e.bytes;
   r.kind = Kind::worker_job;
   r.detail = static_cast<std::uint8_t>(e.kind);
@@ -191,7 +202,7 @@ void Timeline::on_worker_job(const WorkerJobEvent& e) {
 }
 
 void Timeline::on_oom(std::size_t bytes, void* stream) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   Record r;
   r.ns = now();
   r.size = bytes;
@@ -202,7 +213,7 @@ void Timeline::on_oom(std::size_t bytes, void* stream) {
 
 Timeline::Copy Timeline::copy() const {
   Copy c;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   c.device = device_;
   c.capacity_events = max_events_;
   c.recorded = recorded_;
@@ -212,7 +223,8 @@ Timeline::Copy Timeline::copy() const {
                    ring_.end());
   c.records.insert(c.records.end(), ring_.begin(),
                    ring_.begin() + static_cast<std::ptrdiff_t>(next_));
-  c.live = live_;
+  c.live.reserve(live_.size());
+  live_.each([&](std::uint64_t ptr, const Block& b) { c.live.emplace(ptr, b); });
   c.ranges = ranges_;
   c.totals = totals_;
   c.capacity_bytes = capacity_bytes_;
@@ -220,7 +232,7 @@ Timeline::Copy Timeline::copy() const {
 }
 
 Timeline::Totals Timeline::totals() const {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   return totals_;
 }
 
@@ -234,7 +246,7 @@ void Timeline::write(const std::string& path) const {
 
 void Timeline::close_at_exit() {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(lock_);
     if (written_) return;
     written_ = true;
   }

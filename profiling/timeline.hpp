@@ -24,13 +24,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "memlake/observer.hpp"
 #include "profiling/at_exit.hpp"
+#include "profiling/block_table.hpp"
+#include "profiling/spin_lock.hpp"
 
 namespace memlake {
 
@@ -49,18 +50,20 @@ class Timeline final : public Observer, private ClosesAtExit {
     oom,
   };
 
-  // One event. Times are nanoseconds since the timeline began.
+  // One event, 48 bytes. Times are nanoseconds since the timeline began.
   struct Record {
     std::int64_t ns = 0;          // when it happened (a worker job: when its driver calls began)
-    std::int64_t dur_ns = 0;      // alloc: time inside allocate; worker job: its driver calls
     std::uint64_t addr = 0;       // block, range; a stream wait: the stream waited for
     std::uint64_t size = 0;       // as held; range, chunk or job bytes; released; OOM: asked
     std::uint64_t requested = 0;  // alloc and free: bytes as asked
     void* stream = nullptr;
+    std::uint32_t dur_ns = 0;  // alloc: time inside allocate; worker job: its driver calls
+                               // (at most 4.29 s)
     Kind kind = Kind::alloc;
     std::uint8_t detail = 0;  // alloc: Rung; map, unmap: stitched; job: WorkerJobKind
     bool failed = false;      // worker job
   };
+  static_assert(sizeof(Record) == 48);
 
   struct Block {
     std::uint64_t size = 0, requested = 0;
@@ -126,11 +129,11 @@ class Timeline final : public Observer, private ClosesAtExit {
 
  private:
   std::int64_t now() const;
-  void push(const Record& r);  // with mutex_ held
+  void push(const Record& r);  // with lock_ held
   void add_range(std::uint64_t va, std::uint64_t bytes, bool stitched);
   void remove_range(std::uint64_t va, std::uint64_t bytes);
 
-  mutable std::mutex mutex_;
+  mutable SpinLock lock_;
   const int device_;
   const std::size_t max_events_;
   const std::string path_;
@@ -140,7 +143,7 @@ class Timeline final : public Observer, private ClosesAtExit {
   std::vector<Record> ring_;
   std::size_t next_ = 0;  // where the next record goes once the ring is full
   std::uint64_t recorded_ = 0;
-  std::unordered_map<std::uint64_t, Block> live_;
+  BlockTable<Block> live_;
   std::map<std::uint64_t, Range> ranges_;
   Totals totals_;
 };

@@ -64,7 +64,7 @@ void rewind(Timeline::Copy& c) {
 
 // Where a record's mark starts on its track.
 std::int64_t start_of(const Timeline::Record& r) {
-  return r.kind == Kind::alloc ? std::max<std::int64_t>(r.ns - r.dur_ns, 0) : r.ns;
+  return r.kind == Kind::alloc ? std::max<std::int64_t>(r.ns - std::int64_t{r.dur_ns}, 0) : r.ns;
 }
 
 class TraceWriter {
@@ -278,7 +278,7 @@ std::string Timeline::trace_json_of(const Copy& current) {
         break;
       case Kind::worker_job:
         w.slice(kWorkerTrack, worker_job_name(static_cast<WorkerJobKind>(r.detail)), r.ns,
-                r.dur_ns);
+                std::int64_t{r.dur_ns});
         o += ",\"cat\":\"worker\",\"args\":{\"bytes\":";
         json::number(o, r.size);
         o += r.failed ? ",\"failed\":true}}" : ",\"failed\":false}}";
