@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "json_value.hpp"
@@ -213,6 +215,40 @@ TEST(Timeline, TheRingKeepsItsBoundAndTheStateBeforeItStaysExact) {
   EXPECT_EQ(live, expected);
   for (auto& [ptr, bytes] : held)
     if (ptr) a.deallocate(ptr, bytes);
+}
+
+// Dumps from another thread while threads allocate, with the worker on its
+// own thread: every dump is valid, and the last one, after the threads
+// joined, matches the stats.
+TEST(Timeline, DumpsWhileThreadsAllocateAndTheWorkerRuns) {
+  Allocator a(timeline_config("worker:thread,capacity:512M"));
+  std::atomic<bool> go{true};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      Stream s = a.create_stream();
+      std::vector<std::pair<void*, std::size_t>> held;
+      for (int i = 0; go && i < 400; ++i) {
+        const std::size_t bytes = ((i + t) % 7 + 1) * MiB / 2 + 512 * i;
+        held.push_back({a.allocate(bytes, s), bytes});
+        if (held.size() > 8) {
+          a.deallocate(held.front().first, held.front().second, s);
+          held.erase(held.begin());
+        }
+      }
+      for (auto& [p, bytes] : held) a.deallocate(p, bytes, s);
+      a.destroy_stream(s);
+    });
+  }
+  for (int i = 0; i < 10; ++i) {
+    expect_valid(parse(a.timeline_json()));
+    EXPECT_NO_THROW(JsonReader::parse(a.memory_snapshot_json()));
+  }
+  go = false;
+  for (std::thread& t : threads) t.join();
+  const Parsed p = parse(a.timeline_json());
+  expect_valid(p);
+  expect_counters_match(p, a.stats());
 }
 
 TEST(Timeline, IsWrittenToItsPathWhenTheAllocatorGoes) {
