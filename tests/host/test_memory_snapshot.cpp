@@ -73,8 +73,8 @@ TEST(MemorySnapshot, HoldsTheAllocatorsStateInPyTorchsShape) {
   std::int64_t mapped = 0, allocated = 0;
   for (const JsonValue& seg : snap["segments"].items) {
     EXPECT_EQ(seg["device"].integer(), kDevice);
-    for (const char* key : {"address", "total_size", "allocated_size", "active_size",
-                            "requested_size", "stream"})
+    for (const char* key :
+         {"address", "total_size", "allocated_size", "active_size", "requested_size", "stream"})
       EXPECT_TRUE(seg[key].is(JsonValue::Type::number)) << key;
     EXPECT_TRUE(seg["segment_type"].str() == "large" || seg["segment_type"].str() == "small");
     EXPECT_EQ(seg["segment_pool_id"].items.size(), 2u);
@@ -142,7 +142,8 @@ TEST(MemorySnapshot, HoldsTheAllocatorsStateInPyTorchsShape) {
       ASSERT_TRUE(inside(segments, addr, size)) << "event " << i << ": a block outside";
       live[addr] = size;
     } else if (action == "segment_map") {
-      ASSERT_TRUE(inside(segments, addr, size)) << "event " << i << ": unmapping what is not mapped";
+      ASSERT_TRUE(inside(segments, addr, size))
+          << "event " << i << ": unmapping what is not mapped";
       auto it = std::prev(segments.upper_bound(addr));
       const std::uint64_t first = it->first, last = it->first + it->second;
       segments.erase(it);
