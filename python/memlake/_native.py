@@ -43,6 +43,8 @@ def _declare(lib):
         "memlake_last_error": (c.c_char_p, []),
         "memlake_config_check": (c.c_int, [c.c_char_p]),
         "memlake_options_print": (None, []),
+        "memlake_timeline_dump": (c.c_int, [c.c_int, c.c_char_p]),
+        "memlake_memory_snapshot_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
