@@ -81,8 +81,11 @@ struct Placed {
 
 // What requests asked of the worker since its last consolidation.
 struct Demand {
-  bool stitched = false;    // a request had to stitch on the allocating thread
-  std::size_t largest = 0;  // bytes of the largest large request since the last reclaim
+  bool stitched = false;  // a request had to stitch on the allocating thread
+  // The larger requests that lately missed their places, as a maximum that
+  // decays by a 32nd with every large request: the run free memory should
+  // offer for the next one.
+  std::size_t recent = 0;
 };
 
 // How new memory of `bytes` is cut into chunks (gather.cpp).
@@ -213,6 +216,7 @@ class Lake final : private ChunkPool::Client {
   bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen, SegmentId exclude) const;
   SegmentId build_segment_for(std::size_t bytes, bool create, bool* stitched);
   void release_all(const std::vector<ChunkId>& created);
+  void stitched_on_demand();
   std::size_t slack_for(std::size_t bytes) const;
 
   // pieces.cpp

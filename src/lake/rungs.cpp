@@ -66,7 +66,7 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
         seg.offsets.begin());
     std::size_t avail = last->size;
     std::size_t j = i + 1;
-    while (avail < size && j < seg.chunks.size() && pool_.is_free(seg.chunks[j]))
+    while (avail < size && j < seg.chunks.size() && table_.offers(s, seg.chunks[j]))
       avail += pool_.size(seg.chunks[j++]);
     if (avail >= size) return place_span(Rung::continuation, s, i, last, size);
     if (!extend || i + 1 != seg.chunks.size()) continue;
@@ -83,11 +83,11 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
     chosen.clear();
     if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return {};
     const bool stitched = chosen.size() > created.size();
-    if (stitched) ++stats_.prestitch_misses.current;
     if (!table_.extend(s, chosen)) {
       release_all(created);
       return {};
     }
+    if (stitched) stitched_on_demand();
     return place_span(Rung::extend, s, i, last, size);
   }
   return {};
@@ -130,8 +130,7 @@ Placed Lake::rung_run_between_pieces(const Request& r) {
 // request, the range grows by the difference: a request larger than last
 // step's (a longer sequence) then maps the difference instead of stitching
 // a whole new range. The space is a free run reaching the range's end (after
-// the free tail of the chunk before it, if any), or a whole idle range that
-// left the run index.
+// the free tail of the chunk before it, if any).
 Placed Lake::rung_grow(const Request& r, Budget budget) {
   constexpr int kMaxCandidates = 8;
   read_segments();
@@ -150,7 +149,7 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
       release_all(created);
       return {};
     }
-    if (stitched) ++stats_.prestitch_misses.current;
+    if (stitched) stitched_on_demand();
     return place_span(Rung::grow, s, tail ? start - 1 : start, tail, size);
   };
   const RunIndex& runs = table_.free_runs();
@@ -161,14 +160,6 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     const Segment& seg = table_[it->segment];
     if (it->start + seg.runs.at(it->start) != seg.chunks.size()) continue;  // not at the end
     if (Placed p = grow(it->segment, it->start, free_tail_before(it->segment, it->start))) return p;
-  }
-  n = 0;
-  const auto& idle = table_.idle_by_size();
-  for (auto it = idle.lower_bound({bytes, 0}); n < kMaxCandidates && it != idle.begin(); ++n) {
-    --it;
-    if (it->first * 2 < bytes) break;
-    if (table_[it->second].indexed) continue;  // seen among the runs
-    if (Placed p = grow(it->second, 0, nullptr)) return p;
   }
   return {};
 }

@@ -73,6 +73,7 @@ class Jobs {
   const lake::LakeOptions& options_;
   Stats& stats_;
   ObserverList& observers_;
+  bool consolidate_ = false;  // wanted() found consolidation worth a job
 };
 
 }  // namespace memlake::worker
