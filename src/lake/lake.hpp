@@ -199,6 +199,7 @@ class Lake final : private ChunkPool::Client {
   Placed rung_borrowed_ends(const Request& r);
   Placed rung_reserve(const Request& r);
   Placed rung_new_range(const Request& r, Budget budget);
+  bool extend_by(SegmentId s, std::size_t need, Budget budget);
   bool borrowed_ends_for(std::size_t size, Piece** tail, Piece** head, std::size_t* middle) const;
 
   // remembered.cpp

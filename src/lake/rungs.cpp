@@ -72,7 +72,7 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.sealed || seg.size + need > seg.va_size) continue;
-    std::vector<ChunkId> chosen, created;
+    std::vector<ChunkId> chosen;
     // Free chunks already mapped in this range cannot be mapped again after
     // its end; if they are needed, a new range over them beats new memory.
     if (!select_free_chunks(need, &chosen, s)) {
@@ -80,17 +80,24 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
       for (ChunkId k : chosen) have += pool_.size(k);
       if (have < pool_.free_bytes()) return {};
     }
-    chosen.clear();
-    if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return {};
-    const bool stitched = chosen.size() > created.size();
-    if (!table_.extend(s, chosen)) {
-      release_all(created);
-      return {};
-    }
-    if (stitched) stitched_on_demand();
+    if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::extend, s, i, last, size);
   }
   return {};
+}
+
+// Maps `need` bytes of free chunks (and, with the create budget, new ones
+// for what they lack) after the end of range `s`.
+bool Lake::extend_by(SegmentId s, std::size_t need, Budget budget) {
+  std::vector<ChunkId> chosen, created;
+  if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return false;
+  const bool stitched = chosen.size() > created.size();
+  if (!table_.extend(s, chosen)) {
+    release_all(created);
+    return false;
+  }
+  if (stitched) stitched_on_demand();
+  return true;
 }
 
 // A run of free chunks too short for the block by less than two chunks, with
@@ -142,14 +149,7 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     if (have >= size) return {};  // would fit; not this rung's business
     const std::size_t need = round_up(size - have, options_.granularity);
     if (seg.reserve || seg.sealed || seg.size + need > seg.va_size) return {};
-    std::vector<ChunkId> chosen, created;
-    if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return {};
-    const bool stitched = chosen.size() > created.size();
-    if (!table_.extend(s, chosen)) {
-      release_all(created);
-      return {};
-    }
-    if (stitched) stitched_on_demand();
+    if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::grow, s, tail ? start - 1 : start, tail, size);
   };
   const RunIndex& runs = table_.free_runs();
