@@ -4,6 +4,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "profiling/json_text.hpp"
+
 namespace memlake {
 
 extern const char* const kReportTemplate;  // report_template.html, embedded by the build
@@ -22,34 +24,15 @@ void append_script_safe(std::string& out, std::string_view json) {
   }
 }
 
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20 || c == '<') {
-      static const char* hex = "0123456789abcdef";
-      out += "\\u00";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
 std::string meta_json(const HtmlReportInfo& info) {
   std::string m = "{\"title\":";
-  append_json_string(m, info.title.empty() ? "memlake report" : info.title);
+  json::string(m, info.title.empty() ? "memlake report" : info.title);
   m += ",\"subtitle\":";
-  append_json_string(m, info.subtitle);
+  json::string(m, info.subtitle);
   m += ",\"notes\":[";
   for (std::size_t i = 0; i < info.notes.size(); ++i) {
     if (i) m += ',';
-    append_json_string(m, info.notes[i]);
+    json::string(m, info.notes[i]);
   }
   m += "]}";
   return m;
