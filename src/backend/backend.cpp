@@ -62,6 +62,28 @@ const char* vmm_op_name(VmmOp op) {
   return "unknown_op";
 }
 
+// A backend captures only where it says it does.
+Status Backend::stream_begin_capture(StreamHandle) {
+  return detail::fail(Status::not_supported, "%s: graph capture is not supported", name());
+}
+Status Backend::stream_end_capture(StreamHandle, GraphHandle* graph) {
+  if (graph != nullptr) *graph = nullptr;
+  return detail::fail(Status::not_supported, "%s: graph capture is not supported", name());
+}
+Status Backend::graph_launch(GraphHandle, StreamHandle) {
+  return detail::fail(Status::not_supported, "%s: graphs are not supported", name());
+}
+Status Backend::graph_destroy(GraphHandle) {
+  return detail::fail(Status::not_supported, "%s: graphs are not supported", name());
+}
+Status Backend::stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) {
+  if (id != nullptr) *id = 0;
+  return stream_is_capturing(stream, capturing);
+}
+Status Backend::device_synchronize() {
+  return detail::fail(Status::not_supported, "%s: device_synchronize is not supported", name());
+}
+
 namespace detail {
 namespace {
 
