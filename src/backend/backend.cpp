@@ -76,9 +76,15 @@ Status Backend::graph_launch(GraphHandle, StreamHandle) {
 Status Backend::graph_destroy(GraphHandle) {
   return detail::fail(Status::not_supported, "%s: graphs are not supported", name());
 }
-Status Backend::stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) {
-  if (id != nullptr) *id = 0;
-  return stream_is_capturing(stream, capturing);
+Status Backend::stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) {
+  if (state == nullptr || id == nullptr)
+    return detail::fail(Status::invalid_argument, "%s: stream_capture_info: null output pointer",
+                        name());
+  *id = 0;
+  bool capturing = false;
+  const Status s = stream_is_capturing(stream, &capturing);
+  *state = capturing ? CaptureState::active : CaptureState::none;
+  return s;
 }
 Status Backend::device_synchronize() {
   return detail::fail(Status::not_supported, "%s: device_synchronize is not supported", name());

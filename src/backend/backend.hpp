@@ -95,6 +95,12 @@ using EventHandle = void*;
 using HostFn = void (*)(void* user);  // work enqueued on a stream
 // A captured graph, ready to launch (a cudaGraphExec_t on CUDA).
 using GraphHandle = void*;
+// A stream's part in a graph capture (cudaStreamCaptureStatus).
+enum class CaptureState : int {
+  none,         // not capturing
+  active,       // capturing
+  invalidated,  // capturing, but the capture will fail: it ends with no graph
+};
 
 // What kind of VMM call, for counters, latency simulation and fault injection
 // (export_chunk and import_chunk count as VMM calls: they make or take a
@@ -197,10 +203,9 @@ class Backend {
   virtual Status graph_launch(GraphHandle graph, StreamHandle stream);
   // A graph still running finishes first, as cudaGraphExecDestroy does.
   virtual Status graph_destroy(GraphHandle graph);
-  // Whether `stream` takes part in a capture (an invalidated one counts
-  // until it ends), and that capture's id, unique in the process (0 when
-  // not capturing or when the backend cannot tell).
-  virtual Status stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id);
+  // Whether `stream` takes part in a capture, and whether that capture is
+  // still valid, with its id: unique in the process, 0 unless active.
+  virtual Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id);
   // Blocks until every stream's work so far has run (cudaDeviceSynchronize);
   // refused while a capture is under way.
   virtual Status device_synchronize();

@@ -64,10 +64,10 @@ TEST_P(BackendCapture, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   std::vector<int> order;
   ASSERT_EQ(b_->stream_begin_capture(s_), Status::ok) << b_->last_error();
   for (int i = 0; i < 3; ++i) jobs_.launch(*b_, s_, [&, i] { order.push_back(i); });
-  bool capturing = false;
+  CaptureState state = CaptureState::none;
   std::uint64_t id = 0;
-  ASSERT_EQ(b_->stream_capture_info(s_, &capturing, &id), Status::ok);
-  EXPECT_TRUE(capturing);
+  ASSERT_EQ(b_->stream_capture_info(s_, &state, &id), Status::ok);
+  EXPECT_EQ(state, CaptureState::active);
   EXPECT_NE(id, 0u);
   GraphHandle g = nullptr;
   ASSERT_EQ(b_->stream_end_capture(s_, &g), Status::ok) << b_->last_error();
@@ -81,8 +81,8 @@ TEST_P(BackendCapture, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   ASSERT_EQ(order.size(), std::size_t{3} * kLaunches);
   for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], static_cast<int>(i % 3));
   EXPECT_EQ(b_->graph_destroy(g), Status::ok);
-  ASSERT_EQ(b_->stream_capture_info(s_, &capturing, &id), Status::ok);
-  EXPECT_FALSE(capturing);
+  ASSERT_EQ(b_->stream_capture_info(s_, &state, &id), Status::ok);
+  EXPECT_EQ(state, CaptureState::none);
   EXPECT_EQ(id, 0u);
 }
 
@@ -90,8 +90,8 @@ TEST_P(BackendCapture, EachCaptureHasItsOwnId) {
   std::uint64_t ids[2] = {0, 0};
   for (std::uint64_t& id : ids) {
     ASSERT_EQ(b_->stream_begin_capture(s_), Status::ok);
-    bool capturing = false;
-    ASSERT_EQ(b_->stream_capture_info(s_, &capturing, &id), Status::ok);
+    CaptureState state = CaptureState::none;
+    ASSERT_EQ(b_->stream_capture_info(s_, &state, &id), Status::ok);
     jobs_.launch(*b_, s_, [] {});
     GraphHandle g = nullptr;
     ASSERT_EQ(b_->stream_end_capture(s_, &g), Status::ok) << b_->last_error();
@@ -115,6 +115,11 @@ TEST_P(BackendCapture, SynchronizingTheCapturingStreamInvalidatesTheCapture) {
   ASSERT_EQ(b_->stream_begin_capture(s_), Status::ok);
   jobs_.launch(*b_, s_, [] {});
   EXPECT_NE(b_->stream_synchronize(s_), Status::ok);
+  CaptureState state = CaptureState::none;
+  std::uint64_t id = 1;
+  ASSERT_EQ(b_->stream_capture_info(s_, &state, &id), Status::ok);
+  EXPECT_EQ(state, CaptureState::invalidated) << "capturing until the capture ends";
+  EXPECT_EQ(id, 0u);
   expect_invalidated();
   expect_usable(s_);
 }
@@ -180,12 +185,13 @@ TEST_P(BackendCapture, AForkedStreamJoinsAndRejoinsTheCapture) {
   jobs_.launch(*b_, s_, [&] { bad += step.exchange(1) != 0; });
   ASSERT_EQ(b_->event_record(fork, s_), Status::ok) << b_->last_error();
   ASSERT_EQ(b_->stream_wait_event(s2_, fork), Status::ok) << b_->last_error();
-  bool capturing = false;
+  CaptureState state = CaptureState::none;
   std::uint64_t id = 0, id2 = 0;
-  ASSERT_EQ(b_->stream_capture_info(s_, &capturing, &id), Status::ok);
-  ASSERT_EQ(b_->stream_capture_info(s2_, &capturing, &id2), Status::ok);
-  EXPECT_TRUE(capturing) << "the forked stream takes part in the capture";
+  ASSERT_EQ(b_->stream_capture_info(s_, &state, &id), Status::ok);
+  ASSERT_EQ(b_->stream_capture_info(s2_, &state, &id2), Status::ok);
+  EXPECT_EQ(state, CaptureState::active) << "the forked stream takes part in the capture";
   EXPECT_EQ(id, id2);
+  bool capturing = false;
   jobs_.launch(*b_, s2_, [&] { bad += step.exchange(2) != 1; });
   ASSERT_EQ(b_->event_record(join, s2_), Status::ok);
   ASSERT_EQ(b_->stream_wait_event(s_, join), Status::ok) << b_->last_error();

@@ -80,8 +80,8 @@ class BackendAdaptor : public Backend {
     return upstream_->graph_launch(graph, stream);
   }
   Status graph_destroy(GraphHandle graph) override { return upstream_->graph_destroy(graph); }
-  Status stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) override {
-    return upstream_->stream_capture_info(stream, capturing, id);
+  Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) override {
+    return upstream_->stream_capture_info(stream, state, id);
   }
   Status device_synchronize() override { return upstream_->device_synchronize(); }
 

@@ -843,8 +843,9 @@ Status CudaBackend::graph_destroy(GraphHandle graph) {
   return Status::ok;
 }
 
-Status CudaBackend::stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) {
-  if (capturing == nullptr || id == nullptr) {
+Status CudaBackend::stream_capture_info(StreamHandle stream, CaptureState* state,
+                                        std::uint64_t* id) {
+  if (state == nullptr || id == nullptr) {
     return fail(Status::invalid_argument, "cuda: stream_capture_info: null output pointer");
   }
   MEMLAKE_CUDA_GUARD();
@@ -855,14 +856,24 @@ Status CudaBackend::stream_capture_info(StreamHandle stream, bool* capturing, st
     // The legacy default stream while a blocking stream captures: it cannot
     // be used, as if it captured; it has no capture of its own.
     cudaGetLastError();
-    *capturing = true;
+    *state = CaptureState::invalidated;
     *id = 0;
     return Status::ok;
   }
   if (e != cudaSuccess) return rt_fail("cudaStreamGetCaptureInfo", e);
-  *capturing = status != cudaStreamCaptureStatusNone;
-  // The id is valid for an active capture only.
-  *id = status == cudaStreamCaptureStatusActive ? static_cast<std::uint64_t>(capture_id) : 0;
+  switch (status) {
+    case cudaStreamCaptureStatusActive:
+      *state = CaptureState::active;
+      *id = static_cast<std::uint64_t>(capture_id);
+      break;
+    case cudaStreamCaptureStatusInvalidated:
+      *state = CaptureState::invalidated;
+      *id = 0;  // valid for an active capture only
+      break;
+    default:
+      *state = CaptureState::none;
+      *id = 0;
+  }
   return Status::ok;
 }
 

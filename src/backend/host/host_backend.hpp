@@ -105,7 +105,7 @@ class HostBackend final : public Backend {
   Status stream_end_capture(StreamHandle stream, GraphHandle* graph) override;
   Status graph_launch(GraphHandle graph, StreamHandle stream) override;
   Status graph_destroy(GraphHandle graph) override;
-  Status stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) override;
+  Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) override;
   Status device_synchronize() override;
 
   std::string last_error() const override;

@@ -215,17 +215,20 @@ Status HostBackend::graph_destroy(GraphHandle graph) {
   });
 }
 
-Status HostBackend::stream_capture_info(StreamHandle stream, bool* capturing, std::uint64_t* id) {
+Status HostBackend::stream_capture_info(StreamHandle stream, CaptureState* state,
+                                        std::uint64_t* id) {
   return guarded("stream_capture_info", [&] {
-    if (capturing == nullptr || id == nullptr) {
+    if (state == nullptr || id == nullptr) {
       return fail(Status::invalid_argument, "host: stream_capture_info: null output pointer");
     }
     std::lock_guard lock(stream_mutex_);
     auto s = find_stream(stream, "stream_capture_info");
     if (!s) return Status::invalid_argument;
     const HostCapture* c = capture_of(s.get());
-    *capturing = c != nullptr;
-    *id = c ? c->id : 0;
+    *state = c == nullptr             ? CaptureState::none
+             : c->invalidated.empty() ? CaptureState::active
+                                      : CaptureState::invalidated;
+    *id = *state == CaptureState::active ? c->id : 0;
     return Status::ok;
   });
 }
