@@ -73,6 +73,16 @@ struct WorkerJobEvent {
   bool failed = false;  // the lake was left as it was
 };
 
+// A graph pool (memlake/graph.hpp): allocation to it began or ended, or it
+// was released (its memory goes back).
+struct PoolEvent {
+  std::uint64_t pool_first = 0;  // its PoolId
+  std::uint64_t pool_second = 0;
+  std::uint64_t group = 0;         // its exclusive group, 0 for none
+  std::size_t reserved_bytes = 0;  // physical bytes of the chunks it maps
+  std::size_t live_bytes = 0;      // of its blocks the caller holds
+};
+
 // Every callback runs under the allocator's lock, on the thread that made
 // the call (the worker's commits included), and must not call back into the
 // allocator.
@@ -93,6 +103,9 @@ class Observer {
   virtual void on_stream_wait(void* /*stream*/, void* /*source*/) {}
   virtual void on_worker_job(const WorkerJobEvent&) {}
   virtual void on_oom(std::size_t /*bytes*/, void* /*stream*/) {}
+  virtual void on_pool_begin(const PoolEvent&) {}
+  virtual void on_pool_end(const PoolEvent&) {}
+  virtual void on_pool_release(const PoolEvent&) {}
 };
 
 }  // namespace memlake
