@@ -2,9 +2,10 @@
 # gpu_torch.sh: memlake under PyTorch on the GPU. Builds libmemlake.so
 # (Release, ninja), runs python/tests/test_torch_gpu.py (memlake.torch.enable()
 # in child processes: data, OOM, record_stream, empty_cache, memory fraction,
-# errors) and python/tests/test_torch_graphs.py (CUDA graphs), then samples/pytorch_training/train.py --compare for each model:
-# the same training under PyTorch's caching allocator, its expandable
-# segments and memlake, losses and peak reserved side by side.
+# errors) and python/tests/test_torch_graphs.py (CUDA graphs), then
+# samples/pytorch_training/train.py --compare for each model: the same
+# training under PyTorch's caching allocator, its expandable segments and
+# memlake, losses and peak reserved side by side.
 # Logs go to $OUT (default ./out): torch-summary.txt, torch-build.log,
 # torch-tests.log, training.log.
 set -u -o pipefail
