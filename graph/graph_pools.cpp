@@ -146,11 +146,8 @@ void GraphPools::set_routing() {
 void GraphPools::begin_allocate(PoolId id, StreamFilter filter) {
   if (id == PoolId{}) misuse("begin_allocate_to_pool: pool (0, 0) names no pool");
   if (!filter) misuse("begin_allocate_to_pool: no stream filter given");
-  // Before the capture begins: the last moment a synchronization is legal,
-  // and the moment to record the streams' open fences, so that memory freed
-  // on the stream about to capture can still be given to others meanwhile.
+  // Before the capture begins: the last moment a synchronization is legal.
   release_pending();
-  order_.record_open_fences();
   routes_.reserve(routes_.size() + 1);
   if (gone_.count(id))
     misuse("begin_allocate_to_pool: graph pool " + name(id) +
@@ -170,6 +167,10 @@ void GraphPools::begin_allocate(PoolId id, StreamFilter filter) {
   ++p.allocating;
   routes_.push_back(Route{id, &p, std::move(filter), {}});
   set_routing();
+  // The streams' open fences are recorded now (with routing on, no event is
+  // queried meanwhile), so that memory freed on the stream about to capture
+  // can still be given to other streams during the capture.
+  order_.record_open_fences();
   notify(&Observer::on_pool_begin, p);
 }
 

@@ -528,6 +528,39 @@ TEST_F(Graphs, AnAbandonedCaptureReleasesItsPoolAtEndAllocate) {
   EXPECT_EQ(b().event_destroy(e), Status::ok);
 }
 
+struct PoolEvents final : Observer {
+  std::vector<std::string> seen;
+  void on_pool_begin(const PoolEvent& e) override { seen.push_back(name("begin", e)); }
+  void on_pool_end(const PoolEvent& e) override { seen.push_back(name("end", e)); }
+  void on_pool_release(const PoolEvent& e) override { seen.push_back(name("release", e)); }
+  void on_alloc(const AllocEvent& e) override {
+    seen.push_back("alloc " + std::to_string(e.bytes));
+  }
+  void on_free(const FreeEvent& e) override { seen.push_back("free " + std::to_string(e.bytes)); }
+  static std::string name(const char* what, const PoolEvent& e) {
+    return std::string(what) + " " + std::to_string(e.pool_second % 1000) + " live " +
+           std::to_string(e.live_bytes) + (e.reserved_bytes > 0 ? " reserved" : "");
+  }
+};
+
+TEST_F(Graphs, ObserversHearPoolBeginEndAndRelease) {
+  PoolEvents events;
+  alloc_->add_observer(&events);
+  const PoolId pool = graph_pool_handle(*alloc_);
+  {
+    CapturedGraph g(*alloc_, pool, s_, [&](Stream s) {
+      void* p = alloc_->allocate(3 * MiB, s);
+      alloc_->deallocate(p, 3 * MiB, s);
+    });
+  }
+  alloc_->remove_observer(&events);
+  const std::string id = std::to_string(pool.second % 1000);
+  const std::vector<std::string> want = {"begin " + id + " live 0", "alloc 3145728", "free 3145728",
+                                         "end " + id + " live 0 reserved",
+                                         "release " + id + " live 0 reserved"};
+  EXPECT_EQ(events.seen, want);
+}
+
 void expect_misuse(const std::function<void()>& call, const char* says) {
   try {
     call();
