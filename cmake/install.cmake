@@ -1,5 +1,5 @@
 # The installed package: headers, libmemlake.so and libmemlake.a,
-# memlake-replay, a CMake package (find_package(memlake CONFIG)) with the
+# memlake-replay and memlake-report, a CMake package (find_package(memlake CONFIG)) with the
 # targets memlake::memlake (shared) and memlake::memlake_static, and
 # pkg-config files (memlake.pc, memlake-static.pc). Included last by the root
 # CMakeLists.txt, once every target exists.
@@ -9,7 +9,8 @@ include(CMakePackageConfigHelpers)
 # ---- usage requirements a consumer needs ------------------------------------
 # The public headers are C++20 (memlake.h and the other .h files are C).
 # The static library carries what its objects need at link time: threads,
-# zlib and, where built with CUDA, the static CUDA runtime (with dl and rt).
+# zlib and, where built with CUDA, the static CUDA runtime (with dl and rt);
+# dl alone where only NVTX is built in.
 # memlake_objects stays a build-tree detail: its include paths name the
 # source tree.
 foreach(target memlake memlake_shared)
@@ -21,6 +22,8 @@ endforeach()
 target_link_libraries(memlake INTERFACE Threads::Threads ZLIB::ZLIB)
 if(MEMLAKE_HAVE_CUDA)
   target_link_libraries(memlake INTERFACE CUDA::cudart_static ${CMAKE_DL_LIBS})
+elseif(MEMLAKE_HAVE_NVTX)
+  target_link_libraries(memlake INTERFACE ${CMAKE_DL_LIBS})  # NVTX loads its tool with dlopen
 endif()
 set_target_properties(memlake PROPERTIES EXPORT_NAME memlake_static)
 set_target_properties(memlake_shared PROPERTIES EXPORT_NAME memlake)
@@ -36,7 +39,7 @@ install(TARGETS memlake memlake_shared EXPORT memlakeTargets
 install(DIRECTORY include/memlake DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 if(TARGET memlake-replay)
-  install(TARGETS memlake-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS memlake-replay memlake-report RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
 # ---- CMake package ----------------------------------------------------------
@@ -59,6 +62,8 @@ set(MEMLAKE_PC_PRIVATE_LIBS "-lstdc++ -lm -lz -pthread")
 if(MEMLAKE_HAVE_CUDA)
   get_filename_component(cudart_dir "${CUDA_cudart_static_LIBRARY}" DIRECTORY)
   string(APPEND MEMLAKE_PC_PRIVATE_LIBS " -L${cudart_dir} -lcudart_static -ldl -lrt")
+elseif(MEMLAKE_HAVE_NVTX)
+  string(APPEND MEMLAKE_PC_PRIVATE_LIBS " -ldl")
 endif()
 # The prefix is found from where the .pc file lies, so the files stay right
 # after `cmake --install --prefix` elsewhere and when the tree is moved.

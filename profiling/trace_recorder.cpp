@@ -1,39 +1,13 @@
-// The `record` option's observer (trace_recorder.hpp), and the exit handler that
-// closes the recorders still open when the process ends.
+// The `record` option's observer (trace_recorder.hpp).
 #include "profiling/trace_recorder.hpp"
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <vector>
 
 namespace memlake {
 
 namespace {
-
-std::mutex g_open_mutex;
-std::vector<TraceRecorder*>* g_open = nullptr;  // never freed: the exit handler may run last
-
-void close_all_at_exit() {
-  std::lock_guard lock(g_open_mutex);
-  for (TraceRecorder* r : *g_open) r->close();
-}
-
-void register_open(TraceRecorder* r) {
-  std::lock_guard lock(g_open_mutex);
-  if (g_open == nullptr) {
-    g_open = new std::vector<TraceRecorder*>();
-    std::atexit(close_all_at_exit);
-  }
-  g_open->push_back(r);
-}
-
-void unregister_open(TraceRecorder* r) {
-  std::lock_guard lock(g_open_mutex);
-  if (g_open != nullptr) std::erase(*g_open, r);
-}
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -55,11 +29,11 @@ TraceRecorder::TraceRecorder(const std::string& path, int device)
   meta.workload = "recorded on device " + std::to_string(device);
   meta.source = "memlake record option";
   writer_.write_meta(meta);
-  register_open(this);
+  close_at_exit_register(this);
 }
 
 TraceRecorder::~TraceRecorder() {
-  unregister_open(this);
+  close_at_exit_unregister(this);
   close();
 }
 

@@ -14,11 +14,12 @@
 #include <unordered_map>
 
 #include "memlake/observer.hpp"
+#include "profiling/at_exit.hpp"
 #include "trace/trace.hpp"
 
 namespace memlake {
 
-class TraceRecorder final : public Observer {
+class TraceRecorder final : public Observer, private ClosesAtExit {
  public:
   // `path` as in Config::record: "{device}" and "{pid}" are replaced.
   TraceRecorder(const std::string& path, int device);
@@ -30,6 +31,7 @@ class TraceRecorder final : public Observer {
   void on_free(const FreeEvent& e) override;
   // Flushes and closes the file; later events are dropped. Idempotent.
   void close();
+  void close_at_exit() override { close(); }
   const std::string& path() const { return path_; }
 
   static std::string expand(const std::string& pattern, int device);

@@ -72,6 +72,16 @@ class Allocator {
   void add_observer(Observer* observer);
   void remove_observer(Observer* observer);
 
+  // The timeline option's recording (docs/profiling.md); each throws
+  // memlake::error when the option is off. dump_timeline writes it as Chrome
+  // Trace Event JSON (Perfetto, chrome://tracing) to `path`; timeline_json()
+  // is the same text. memory_snapshot_json() is the state (mapped ranges and
+  // the blocks in them) and the recent events as PyTorch's memory snapshot
+  // in JSON, which memlake.snapshot() pickles for pytorch.org/memory_viz.
+  void dump_timeline(const std::string& path) const;
+  std::string timeline_json() const;
+  std::string memory_snapshot_json() const;
+
   // Streams of this allocator's backend (host streams on the HostBackend).
   Stream create_stream();
   void destroy_stream(Stream stream);

@@ -66,6 +66,17 @@ struct Config {
   // become the device and process id. Empty: off.
   std::string record;
 
+  // Profiling (docs/profiling.md). nvtx: NVTX ranges and markers in the
+  // domain "memlake" for Nsight Systems, and the NVTX memory API (mapped
+  // ranges as heaps, live blocks as regions) for compute-sanitizer.
+  // timeline: keep the last timeline_events events in memory and write them
+  // as Chrome Trace Event JSON (Perfetto, chrome://tracing) to this path at
+  // exit ("{device}" and "{pid}" replaced as for record); also what
+  // Allocator::dump_timeline() and the memory snapshots read. Empty: off.
+  bool nvtx = false;
+  std::string timeline;
+  std::size_t timeline_events = std::size_t{1} << 20;
+
   // What happens on a bad free / unknown pointer: return an error (the C API
   // sets memlake_last_error, C++ throws memlake::misuse) or abort with a
   // report.

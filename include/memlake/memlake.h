@@ -86,6 +86,16 @@ const char* memlake_last_error(void);
 int memlake_config_check(const char* conf);
 /* Prints the options in use to stderr. */
 void memlake_options_print(void);
+/* Profiling (docs/profiling.md); both need the timeline option
+ * (MEMLAKE_CONF=timeline:PATH) and return -1 without it.
+ * memlake_timeline_dump writes the device's timeline as Chrome Trace Event
+ * JSON (Perfetto, chrome://tracing) to `path`; 0 on success.
+ * memlake_memory_snapshot_json writes the device's mapped ranges with their
+ * blocks and its recent events as PyTorch's memory snapshot in JSON into buf
+ * (NUL-terminated, truncated to len) and returns the full length needed;
+ * the state may grow between a call that asks the length and the next. */
+int memlake_timeline_dump(int device, const char* path);
+int memlake_memory_snapshot_json(int device, char* buf, size_t len);
 /* Destroys every allocator; later calls fail with an error. */
 void memlake_shutdown(void);
 

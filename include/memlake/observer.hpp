@@ -73,6 +73,12 @@ struct WorkerJobEvent {
   bool failed = false;  // the lake was left as it was
 };
 
+// Work whose cost is driver calls, bracketed so that a profiler can show it
+// as a range while it runs: an allocation that found no free memory already
+// mapped (what follows maps, creates chunks or reclaims), and a job of the
+// mapping worker (its driver calls run between begin and end).
+enum class SlowWork : int { allocation, worker_job };
+
 // A graph pool (memlake/graph.hpp): allocation to it began or ended, or it
 // was released (its memory goes back).
 struct PoolEvent {
@@ -103,6 +109,13 @@ class Observer {
   virtual void on_stream_wait(void* /*stream*/, void* /*source*/) {}
   virtual void on_worker_job(const WorkerJobEvent&) {}
   virtual void on_oom(std::size_t /*bytes*/, void* /*stream*/) {}
+  // Begin and end of slow work come in pairs, on one thread, nested when an
+  // inline worker job runs inside an allocation. For an allocation, `bytes`
+  // and `stream` are the request's (its AllocEvent or on_oom comes after
+  // the end); for a worker job, 0 and nullptr (its WorkerJobEvents come
+  // before the end).
+  virtual void on_slow_begin(SlowWork, std::size_t /*bytes*/, void* /*stream*/) {}
+  virtual void on_slow_end(SlowWork) {}
   virtual void on_pool_begin(const PoolEvent&) {}
   virtual void on_pool_end(const PoolEvent&) {}
   virtual void on_pool_release(const PoolEvent&) {}

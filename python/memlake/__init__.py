@@ -13,18 +13,24 @@ per device, created on its first allocation from MEMLAKE_CONF::
     ...
     memlake.free(p, 64 << 20, device=0, stream=0)
     memlake.stats(0)["reserved_bytes"]["peak"]
+
+Profiling (docs/profiling.md), with MEMLAKE_CONF=timeline:PATH::
+
+    memlake.dump_timeline("timeline.json")        # Perfetto, chrome://tracing
+    memlake.dump_snapshot("snapshot.pickle")      # pytorch.org/memory_viz
 """
 
 import ctypes as _ctypes
 import json as _json
+import os as _os
 
 from . import _native
 
 __all__ = [
-    "allocate", "begin_allocate_to_pool", "check_config", "empty_cache", "end_allocate_to_pool",
-    "exclusive_group", "exclusive_group_bytes", "exclusive_pool_handle", "free",
-    "graph_pool_handle", "library_path", "pool_stats", "record_stream", "release_pool",
-    "reset_peak_stats", "stat_fields", "stats",
+    "allocate", "begin_allocate_to_pool", "check_config", "dump_snapshot", "dump_timeline",
+    "empty_cache", "end_allocate_to_pool", "exclusive_group", "exclusive_group_bytes",
+    "exclusive_pool_handle", "free", "graph_pool_handle", "library_path", "pool_stats",
+    "record_stream", "release_pool", "reset_peak_stats", "snapshot", "stat_fields", "stats",
 ]
 
 _MAX_DEVICES = 64
@@ -161,6 +167,43 @@ def reset_peak_stats(device=0):
     error = _native.last_error()
     if error:
         raise ValueError(error)
+
+
+def dump_timeline(path, device=0):
+    """Writes the device's timeline (the last events and the memory counters)
+    as Chrome Trace Event JSON, which ui.perfetto.dev and chrome://tracing
+    open. Needs the timeline option (MEMLAKE_CONF=timeline:PATH, which also
+    writes it there at exit); RuntimeError says what is missing."""
+    device = _device("dump_timeline", device)
+    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+        raise TypeError("memlake.dump_timeline: path must be a path, not %s"
+                        % type(path).__name__)
+    raw = _os.fsencode(path)
+    if _native.load().memlake_timeline_dump(device, raw) != 0:
+        raise RuntimeError(_native.last_error())
+
+
+def snapshot(device=None):
+    """The memory snapshot of one device, or of every device that records a
+    timeline, as the dictionary torch.cuda.memory._snapshot() returns
+    (segments with their blocks, device_traces); memlake/memory_snapshot.py
+    describes it. Needs the timeline option."""
+    from . import memory_snapshot as _snapshot_module
+    if device is not None:
+        device = _device("snapshot", device)
+    return _snapshot_module.snapshot(device)
+
+
+def dump_snapshot(filename="dump_snapshot.pickle", device=None):
+    """Pickles snapshot(device) to `filename` for pytorch.org/memory_viz (and
+    torch.cuda._memory_viz); returns the file name."""
+    from . import memory_snapshot as _snapshot_module
+    if device is not None:
+        device = _device("dump_snapshot", device)
+    return _snapshot_module.dump_snapshot(filename, device)
+
+
+_dump_snapshot = dump_snapshot  # torch.cuda.memory's name for it
 
 
 # --- graph pools (docs/graphs.md) ----------------------------------------------

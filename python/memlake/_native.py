@@ -60,6 +60,8 @@ def _declare(lib):
         "memlake_last_error": (c.c_char_p, []),
         "memlake_config_check": (c.c_int, [c.c_char_p]),
         "memlake_options_print": (None, []),
+        "memlake_timeline_dump": (c.c_int, [c.c_int, c.c_char_p]),
+        "memlake_memory_snapshot_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
         "memlake_graph_pool_handle": (c.c_int, [c.c_int, c.POINTER(PoolId)]),
         "memlake_exclusive_group": (c.c_int, [c.c_int, c.c_int, c.POINTER(c.c_uint64)]),
         "memlake_exclusive_pool_handle": (c.c_int, [c.c_int, c.c_uint64, c.POINTER(PoolId)]),

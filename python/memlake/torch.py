@@ -12,9 +12,16 @@ torch.cuda.set_per_process_memory_fraction (before the device's first
 allocation) and CUDA graph pools (torch.cuda.graph, with or without a shared
 pool=, and torch.cuda.make_graphed_callables: docs/graphs.md; not
 torch.compile(mode="reduce-overhead"), which needs allocator calls the
-pluggable interface refuses). An allocation memlake cannot serve raises RuntimeError with
-memlake's out-of-memory report (requested, live, reserved, largest free
-block, capacity), and the allocator stays usable.
+pluggable interface refuses). An allocation memlake cannot serve raises
+RuntimeError with memlake's out-of-memory report (requested, live, reserved, largest free
+block, capacity), and the allocator stays usable: PyTorch turns every error
+of a pluggable allocator into RuntimeError. Code that catches
+torch.OutOfMemoryError runs its block under oom_errors(), which raises that
+type instead (a RuntimeError subclass, so other handlers still match).
+
+With the timeline option (enable("timeline:/tmp/timeline-{device}.json")),
+snapshot() and _dump_snapshot() give what torch.cuda.memory's do, for
+pytorch.org/memory_viz, and dump_timeline() writes a Perfetto trace.
 
 PyTorch's own memory statistics (torch.cuda.memory_reserved() and the like)
 do not cover pluggable allocators: the functions here give memlake's, under
@@ -35,15 +42,21 @@ except ImportError as _e:
         "memlake.torch needs PyTorch (import torch failed: %s); memlake's own functions "
         "(memlake.allocate, memlake.free, memlake.stats) work without it" % _e) from _e
 
+import functools
+
 from . import _native
 from . import check_config
+from . import dump_snapshot as _dump_snapshot_of
+from . import dump_timeline as _dump_timeline_of
+from . import snapshot as _snapshot_of
 from . import stats as _stats
 from .torch_stats import memory_stats_from, memory_summary_from
 
 __all__ = [
-    "enable", "exclusive_pool_handles", "is_enabled", "replay", "memory_allocated", "max_memory_allocated", "memory_reserved",
-    "max_memory_reserved", "memory_stats", "memory_summary", "reset_peak_memory_stats",
-    "stats",
+    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "is_enabled",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "memory_summary", "oom_errors", "replay", "reset_peak_memory_stats",
+    "snapshot", "stats", "torch_oom_error",
 ]
 
 _allocator = None
@@ -200,3 +213,67 @@ def reset_peak_memory_stats(device=None):
     """Sets every peak of the device's statistics to its current value."""
     from . import reset_peak_stats
     reset_peak_stats(_device_index(device))
+
+
+# torch.OutOfMemoryError (PyTorch >= 2.2), else torch.cuda.OutOfMemoryError.
+OutOfMemoryError = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+_OOM_MARK = "memlake: out of memory"
+
+
+def torch_oom_error(error):
+    """The torch.OutOfMemoryError to raise for `error` when it is a
+    RuntimeError carrying memlake's out-of-memory report (same message, the
+    RuntimeError as its cause); None for any other error."""
+    if isinstance(error, OutOfMemoryError) or not isinstance(error, RuntimeError):
+        return None
+    if _OOM_MARK not in str(error):
+        return None
+    oom = OutOfMemoryError(str(error))
+    oom.__cause__ = error
+    return oom
+
+
+class oom_errors:
+    """Runs a block (``with memlake.torch.oom_errors():``) or a function
+    (``@memlake.torch.oom_errors()``) so that memlake running out of memory
+    raises torch.OutOfMemoryError, as PyTorch's own allocator does, instead of
+    the RuntimeError PyTorch makes of a pluggable allocator's errors. Other
+    errors pass unchanged."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        oom = torch_oom_error(error) if error is not None else None
+        if oom is not None:
+            raise oom.with_traceback(traceback) from error
+        return False
+
+    def __call__(self, function):
+        @functools.wraps(function)
+        def run(*args, **kwargs):
+            with oom_errors():
+                return function(*args, **kwargs)
+        return run
+
+
+def snapshot(device=None):
+    """memlake's memory snapshot, as torch.cuda.memory._snapshot() gives
+    PyTorch's: segments with their blocks and device_traces (every device
+    that records a timeline when `device` is None). Needs the timeline option."""
+    return _snapshot_of(None if device is None else _device_index(device))
+
+
+_snapshot = snapshot  # torch.cuda.memory's name
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle"):
+    """Pickles snapshot() for pytorch.org/memory_viz, like
+    torch.cuda.memory._dump_snapshot()."""
+    return _dump_snapshot_of(filename)
+
+
+def dump_timeline(path, device=None):
+    """Writes the device's timeline as Chrome Trace Event JSON (Perfetto)."""
+    _dump_timeline_of(path, _device_index(device))

@@ -3,10 +3,21 @@
 
 #include "allocator/allocator_impl.hpp"
 #include "backend/make_backend.hpp"
+#include "profiling/profiling.hpp"
 
 namespace memlake {
 
 namespace {
+const Timeline& timeline_of(const AllocatorImpl& impl, const char* call) {
+  const Profilers* p = impl.profilers();
+  if (p == nullptr || p->timeline() == nullptr) {
+    throw error(std::string("memlake: ") + call + " needs the timeline option (timeline:PATH, " +
+                "docs/profiling.md), which is off for device " +
+                std::to_string(impl.config().device));
+  }
+  return *p->timeline();
+}
+
 // The config is checked before a backend is made for it.
 std::unique_ptr<Backend> backend_for(const Config& c) {
   c.validate();
@@ -68,6 +79,15 @@ void Allocator::add_observer(Observer* observer) {
 }
 void Allocator::remove_observer(Observer* observer) {
   impl_->remove_observer(observer);
+}
+void Allocator::dump_timeline(const std::string& path) const {
+  timeline_of(*impl_, "dump_timeline").write(path);
+}
+std::string Allocator::timeline_json() const {
+  return timeline_of(*impl_, "timeline_json").trace_json();
+}
+std::string Allocator::memory_snapshot_json() const {
+  return timeline_of(*impl_, "memory_snapshot_json").snapshot_json();
 }
 Stream Allocator::create_stream() {
   return impl_->create_stream();

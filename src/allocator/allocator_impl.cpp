@@ -6,7 +6,7 @@
 
 #include "common/stat_update.hpp"
 #include "common/timing.hpp"
-#include "profiling/trace_recorder.hpp"
+#include "profiling/profiling.hpp"
 
 namespace memlake {
 
@@ -52,13 +52,6 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
   return o;
 }
 
-std::unique_ptr<TraceRecorder> make_recorder(const Config& c, ObserverList& observers) {
-  if (c.record.empty()) return nullptr;
-  auto r = std::make_unique<TraceRecorder>(c.record, c.device);
-  observers.add(r.get());
-  return r;
-}
-
 }  // namespace
 
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
@@ -68,7 +61,7 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
           "request was not served",
           0),
       backend_(wrap_counting(std::move(backend), &counting_)),
-      recorder_(make_recorder(config_, observers_)),
+      profilers_(Profilers::install(config_, capacity_of(config_, *counting_), observers_)),
       pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_, refusal_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_, refusal_),
       order_(*backend_, stats_, observers_),
@@ -102,7 +95,7 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
   const lake::Placed p =
-      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history});
+      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history}, stream);
   if (!p) out_of_memory(bytes, stream);
   // Memory freed under a fence another stream recorded: the caller's stream
   // waits for that stream's work first.
@@ -117,10 +110,17 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   return hand_out(p, bytes, stream, timed.elapsed());
 }
 
-lake::Placed AllocatorImpl::climb(const lake::Request& request) {
+lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   refusal_.clear();
   lake_.fences_completed(order_.completed());
-  lake::Placed p = lake_.place(request, lake::Budget::map);
+  lake::Placed p = lake_.place(request, lake::Budget::reuse);
+  // Past the rungs that reuse what is mapped, the work is driver calls:
+  // observers see it as slow work until the climb ends.
+  SlowWorkScope slow(observers_, SlowWork::allocation);
+  if (!p) {
+    slow.begin(request.size, stream);
+    p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);
+  }
   // A synchronization point: frees came back, or this request had to stitch.
   worker_.nudge();
   if (p) return p;

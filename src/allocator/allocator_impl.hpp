@@ -39,7 +39,7 @@
 
 namespace memlake {
 
-class TraceRecorder;  // profiling/trace_recorder.hpp
+class Profilers;  // profiling/profiling.hpp
 
 class AllocatorImpl {
  public:
@@ -74,6 +74,8 @@ class AllocatorImpl {
   // For diagnostics and tests; the caller must not run allocations meanwhile.
   const lake::Lake& lake() const { return lake_; }
   lake::Lake& lake() { return lake_; }
+  // nullptr when no profiling option is on.
+  const Profilers* profilers() const { return profilers_.get(); }
   // The graph pools, for `body(graphs)` under the allocator's lock
   // (graph/api.cpp).
   template <class F>
@@ -92,7 +94,7 @@ class AllocatorImpl {
 
   // The ladder in budget order, reclaim included; an empty Placed when
   // nothing serves.
-  lake::Placed climb(const lake::Request& request);
+  lake::Placed climb(const lake::Request& request, Stream stream);
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
   // errors.cpp
   // Counts in misuse_errors unless the call was a query (allocation_size).
@@ -111,7 +113,9 @@ class AllocatorImpl {
   mutable std::mutex mutex_;
   mutable Stats stats_;
   ObserverList observers_;
-  std::unique_ptr<TraceRecorder> recorder_;  // the `record` option; outlives the lake's events
+  // The observers of the options record, timeline and nvtx; they outlive the
+  // lake's events.
+  std::unique_ptr<Profilers> profilers_;
   lake::Refusal refusal_;  // the latest refusal for want of a resource, for the OOM report
   lake::ChunkPool pool_;   // before the lake, which takes its chunks
   lake::Lake lake_;

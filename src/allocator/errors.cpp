@@ -1,9 +1,13 @@
 // What the allocator tells a caller that misused it or that it could not
 // serve, and the debug build's invariant check after every call.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "allocator/allocator_impl.hpp"
+#include "profiling/profiling.hpp"
 
 namespace memlake {
 
@@ -13,6 +17,44 @@ std::string gib(std::size_t bytes) {
   std::snprintf(buf, sizeof buf, "%zu bytes (%.2f GiB)", bytes,
                 static_cast<double>(bytes) / (1 << 30));
   return buf;
+}
+
+std::string short_size(std::size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+// "; the 5 largest of 1234 live blocks: 1.50 GiB at 0x7f00 (stream 0x0), ..."
+template <class LiveMap>
+std::string largest_live_blocks(const LiveMap& live, std::size_t count) {
+  std::vector<std::pair<std::size_t, DevicePtr>> sizes;
+  sizes.reserve(live.size());
+  for (const auto& [ptr, b] : live) sizes.emplace_back(b.size, ptr);
+  count = std::min(count, sizes.size());
+  std::partial_sort(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(count), sizes.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out = "; the " + std::to_string(count) + " largest of " +
+                    std::to_string(live.size()) + " live blocks:";
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& b = live.find(sizes[i].second)->second;
+    char buf[96];
+    if (b.stream == nullptr)
+      std::snprintf(buf, sizeof buf, "%s %s at %p (default stream)", i ? "," : "",
+                    short_size(b.size).c_str(), reinterpret_cast<void*>(sizes[i].second));
+    else
+      std::snprintf(buf, sizeof buf, "%s %s at %p (stream %p)", i ? "," : "",
+                    short_size(b.size).c_str(), reinterpret_cast<void*>(sizes[i].second), b.stream);
+    out += buf;
+  }
+  return out;
 }
 }  // namespace
 
@@ -52,6 +94,15 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
          gib(lake_.largest_free_block()) + ", free in unused chunks " +
          gib(lake_.free_chunk_bytes()) + ", capacity " + gib(lake_.capacity());
   if (refusal_.any()) msg += "; the backend refused " + refusal_.text();
+  // With profiling on, what holds the memory: the largest live blocks, and
+  // where the timeline goes.
+  if (!config_.record.empty() || !config_.timeline.empty()) {
+    msg += largest_live_blocks(live_, 5);
+    if (!config_.timeline.empty())
+      msg += "; the timeline is written to " + profilers_->timeline()->path() +
+             " at exit (Allocator::dump_timeline, memlake_timeline_dump: now)";
+    std::fprintf(stderr, "%s\n", msg.c_str());
+  }
   throw memlake::out_of_memory(msg, bytes);
 }
 

@@ -72,6 +72,16 @@ constexpr std::array kOptions = {
   Option{"record", &Config::record, Unit::path, 0, 0, false,
          "write every allocation and free as a memlake-trace to this file (.gz: compressed; "
          "{device} and {pid} are replaced); empty: off"},
+  Option{"nvtx", &Config::nvtx, Unit::flag, 0, 0, false,
+         "NVTX ranges and markers (domain memlake) for Nsight Systems, and mapped ranges and "
+         "live blocks as NVTX memory heaps and regions for compute-sanitizer"},
+  Option{"timeline", &Config::timeline, Unit::path, 0, 0, false,
+         "record a timeline of the last timeline_events events and write it as Chrome Trace "
+         "Event JSON (Perfetto, chrome://tracing) to this file at exit ({device} and {pid} are "
+         "replaced); empty: off"},
+  // About 56 bytes an event in memory, 100-200 bytes in the JSON.
+  Option{"timeline_events", &Config::timeline_events, Unit::integer, 1024, 1 << 28, false,
+         "events the timeline keeps (a ring: the oldest go first)"},
   Option{"on_misuse", &Config::on_misuse, Unit::choice, 0, 0, false,
          "bad free or unknown pointer: error (report it to the caller) or abort (print a report "
          "and abort)"},

@@ -1,8 +1,12 @@
 // The observers installed on one allocator. Callers test empty() first, so
 // with nobody listening an event costs one predictable branch.
+//
+// SlowWorkScope brackets slow work (Observer::on_slow_begin / on_slow_end):
+// begin() once the work turns out slow, the end when the scope closes.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "memlake/observer.hpp"
@@ -34,6 +38,28 @@ class ObserverList {
 
  private:
   std::vector<Observer*> observers_;
+};
+
+class SlowWorkScope {
+ public:
+  SlowWorkScope(const ObserverList& observers, SlowWork work)
+      : observers_(observers), work_(work) {}
+  ~SlowWorkScope() {
+    if (MEMLAKE_UNLIKELY(begun_)) observers_.each([&](Observer& o) { o.on_slow_end(work_); });
+  }
+  SlowWorkScope(const SlowWorkScope&) = delete;
+  SlowWorkScope& operator=(const SlowWorkScope&) = delete;
+
+  void begin(std::size_t bytes, void* stream) {
+    if (MEMLAKE_LIKELY(observers_.empty())) return;
+    begun_ = true;
+    observers_.each([&](Observer& o) { o.on_slow_begin(work_, bytes, stream); });
+  }
+
+ private:
+  const ObserverList& observers_;
+  SlowWork work_;
+  bool begun_ = false;
 };
 
 }  // namespace memlake

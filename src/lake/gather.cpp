@@ -26,6 +26,13 @@ std::vector<std::size_t> chunk_sizes_for(std::size_t bytes, const LakeOptions& o
   return sizes;
 }
 
+// A request mapped free chunks on the allocating thread: free memory is
+// scattered, and the worker consolidates it before the next such request.
+void Lake::stitched_on_demand() {
+  demand_.stitched = true;
+  ++stats_.prestitch_misses.current;
+}
+
 std::size_t Lake::slack_for(std::size_t bytes) const {
   const auto slack = static_cast<std::size_t>(static_cast<double>(bytes) * options_.fit_slack);
   return slack / options_.granularity * options_.granularity;
@@ -121,15 +128,12 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool create, bool* stitched
   std::vector<ChunkId> chosen, created;
   if (!gather_chunks(bytes, create, &chosen, &created)) return kNone;
   *stitched = chosen.size() > created.size();
-  if (*stitched) {
-    demand_.stitched = true;
-    ++stats_.prestitch_misses.current;
-  }
   const SegmentId s = table_.map_segment(std::move(chosen), *stitched);
   if (s == kNone) {
     release_all(created);
     return kNone;
   }
+  if (*stitched) stitched_on_demand();
   if (!options_.defer_eviction) table_.enforce_budget(s);
   return s;
 }

@@ -8,16 +8,6 @@
 
 namespace memlake::lake {
 
-namespace {
-
-// A taken chunk the segments have not caught up with counts as free for
-// them, and a free one as taken.
-bool busy_for_segments(const ChunkPool& pool, const ChunkMaps& maps, ChunkId c) {
-  return !pool.is_free(c) != ((maps.run_lag & kRunBehind) != 0);
-}
-
-}  // namespace
-
 std::string SegmentTable::check_invariants() const {
   std::ostringstream err;
   std::size_t idle = 0, total_runs = 0, mapped = 0;
@@ -32,7 +22,7 @@ std::string SegmentTable::check_invariants() const {
       const auto& in = maps_[c].mapped_in;
       if (std::find(in.begin(), in.end(), Mapping{s, i}) == in.end())
         err << "segment " << s << " slot " << i << " missing from its chunk's mappings; ";
-      if (busy_for_segments(pool_, maps_[c], c)) {
+      if (!maps_[c].seen_offered(s)) {  // as of the last catch-up
         ++busy;
         continue;
       }
@@ -42,12 +32,7 @@ std::string SegmentTable::check_invariants() const {
         runs.emplace(i, 1);
     }
     if (busy != seg.busy) err << "segment " << s << " busy count is off; ";
-    if (!seg.indexed) {
-      if (!seg.runs.empty()) err << "segment " << s << " is not indexed but has runs; ";
-      runs.clear();
-    } else if (runs != seg.runs) {
-      err << "segment " << s << " free runs are off; ";
-    }
+    if (runs != seg.runs) err << "segment " << s << " free runs are off; ";
     for (auto [start, count] : runs)
       if (!free_runs_.count({run_bytes(seg, start, count), s, start}))
         err << "segment " << s << " run at " << start << " missing from the index; ";
@@ -63,16 +48,15 @@ std::string SegmentTable::check_invariants() const {
       if (m.segment >= segments_.size() || !segments_[m.segment].in_use ||
           segments_[m.segment].chunks[m.index] != c)
         err << "chunk " << c << " lists a mapping its segment does not have; ";
-    const std::uint8_t lag = maps_[c].run_lag;
-    if ((lag & kRunBehind) &&
-        (!(lag & kRunListed) ||
-         std::find(lagging_chunks_.begin(), lagging_chunks_.end(), c) == lagging_chunks_.end()))
+    const ChunkMaps& m = maps_[c];
+    const bool behind =
+        pool_[c].in_use && (m.seen_free != pool_.is_free(c) || m.seen_home != m.home);
+    if (behind && (!m.listed || std::find(lagging_chunks_.begin(), lagging_chunks_.end(), c) ==
+                                    lagging_chunks_.end()))
       err << "chunk " << c << " is behind but not listed; ";
+    if (m.mapped_in.empty() ? m.home != kNone : !maps_chunk(m.home, c))
+      err << "chunk " << c << " has a home that does not map it; ";
   }
-  if (consolidated_.size() > kIndexedRanges) err << "too many consolidated ranges indexed; ";
-  for (SegmentId r : consolidated_)
-    if (!segments_[r].in_use || !segments_[r].indexed)
-      err << "consolidated range " << r << " listed but not indexed; ";
   if (mapped != mapped_bytes_) err << "mapped bytes disagree; ";
   if (idle != idle_by_size_.size()) err << "idle index holds stale entries; ";
   if (total_runs != free_runs_.size()) err << "free-run index holds stale entries; ";

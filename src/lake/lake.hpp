@@ -81,8 +81,11 @@ struct Placed {
 
 // What requests asked of the worker since its last consolidation.
 struct Demand {
-  bool stitched = false;    // a request had to stitch on the allocating thread
-  std::size_t largest = 0;  // bytes of the largest large request since the last reclaim
+  bool stitched = false;  // a request had to stitch on the allocating thread
+  // The larger requests that lately missed their places, as a maximum that
+  // decays by a 32nd with every large request: the run free memory should
+  // offer for the next one.
+  std::size_t recent = 0;
 };
 
 // How new memory of `bytes` is cut into chunks (gather.cpp).
@@ -196,6 +199,7 @@ class Lake final : private ChunkPool::Client {
   Placed rung_borrowed_ends(const Request& r);
   Placed rung_reserve(const Request& r);
   Placed rung_new_range(const Request& r, Budget budget);
+  bool extend_by(SegmentId s, std::size_t need, Budget budget);
   bool borrowed_ends_for(std::size_t size, Piece** tail, Piece** head, std::size_t* middle) const;
 
   // remembered.cpp
@@ -213,6 +217,7 @@ class Lake final : private ChunkPool::Client {
   bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen, SegmentId exclude) const;
   SegmentId build_segment_for(std::size_t bytes, bool create, bool* stitched);
   void release_all(const std::vector<ChunkId>& created);
+  void stitched_on_demand();
   std::size_t slack_for(std::size_t bytes) const;
 
   // pieces.cpp

@@ -18,6 +18,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   ChunkUse& u = use_[id];
   assert(pool_.is_free(id) && u.live == 0 && u.pieces == nullptr);
   pool_.take(id, client_);
+  table_.rehome(s, id);
   if (table_[s].reserve) table_.dissolve_reserve(s);
   u.owner = s;
   u.owner_offset = offset_in_segment;
@@ -183,7 +184,7 @@ std::size_t Lake::lead_for(SegmentId s, std::uint32_t first, std::size_t size) c
   const Segment& seg = table_[s];
   std::size_t covered = 0;
   for (std::uint32_t i = first; covered < size; ++i) {
-    if (i == seg.chunks.size() || !pool_.is_free(seg.chunks[i])) return 0;
+    if (i == seg.chunks.size() || !table_.offers(s, seg.chunks[i])) return 0;
     covered += pool_.size(seg.chunks[i]);
   }
   const std::size_t lead = (covered - size) / kAlignment * kAlignment;

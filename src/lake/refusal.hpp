@@ -16,7 +16,7 @@ struct Refusal {
   std::string what;   // the call: "create_chunk", "map", ...
   std::string cause;  // the backend's message
 
-    std::int64_t count = 0;  // refusals so far (stat backend_refusals)
+  std::int64_t count = 0;  // refusals so far (stat backend_refusals)
 
   void note(Status s, const char* call, std::string message) {
     ++count;

@@ -65,7 +65,7 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
     if (pool_[first].reserve || (offset != 0 && size < chunk - offset)) return false;
     // Not in the middle of a free run: that would cut it where the ladder
     // would not, and leave free chunks before the block that fit less.
-    if (slot != 0 && pool_.is_free(seg.chunks[slot - 1])) return false;
+    if (slot != 0 && table_.offers(s, seg.chunks[slot - 1])) return false;
     covered = chunk - offset;
   } else {
     // Owned by this range, or by another one whose free tail the block
@@ -117,7 +117,8 @@ Placed Lake::rung_remembered(const Request& r) {
   }
   if (!small(r)) {
     hit_streak_ = p ? hit_streak_ + 1 : 0;
-    if (!p) demand_.largest = std::max(demand_.largest, round_up(r.size, options_.granularity));
+    demand_.recent -= demand_.recent / 32;
+    if (!p) demand_.recent = std::max(demand_.recent, round_up(r.size, options_.granularity));
   }
   return p;
 }

@@ -66,13 +66,13 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
         seg.offsets.begin());
     std::size_t avail = last->size;
     std::size_t j = i + 1;
-    while (avail < size && j < seg.chunks.size() && pool_.is_free(seg.chunks[j]))
+    while (avail < size && j < seg.chunks.size() && table_.offers(s, seg.chunks[j]))
       avail += pool_.size(seg.chunks[j++]);
     if (avail >= size) return place_span(Rung::continuation, s, i, last, size);
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.sealed || seg.size + need > seg.va_size) continue;
-    std::vector<ChunkId> chosen, created;
+    std::vector<ChunkId> chosen;
     // Free chunks already mapped in this range cannot be mapped again after
     // its end; if they are needed, a new range over them beats new memory.
     if (!select_free_chunks(need, &chosen, s)) {
@@ -80,17 +80,24 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
       for (ChunkId k : chosen) have += pool_.size(k);
       if (have < pool_.free_bytes()) return {};
     }
-    chosen.clear();
-    if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return {};
-    const bool stitched = chosen.size() > created.size();
-    if (stitched) ++stats_.prestitch_misses.current;
-    if (!table_.extend(s, chosen)) {
-      release_all(created);
-      return {};
-    }
+    if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::extend, s, i, last, size);
   }
   return {};
+}
+
+// Maps `need` bytes of free chunks (and, with the create budget, new ones
+// for what they lack) after the end of range `s`.
+bool Lake::extend_by(SegmentId s, std::size_t need, Budget budget) {
+  std::vector<ChunkId> chosen, created;
+  if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return false;
+  const bool stitched = chosen.size() > created.size();
+  if (!table_.extend(s, chosen)) {
+    release_all(created);
+    return false;
+  }
+  if (stitched) stitched_on_demand();
+  return true;
 }
 
 // A run of free chunks too short for the block by less than two chunks, with
@@ -130,8 +137,7 @@ Placed Lake::rung_run_between_pieces(const Request& r) {
 // request, the range grows by the difference: a request larger than last
 // step's (a longer sequence) then maps the difference instead of stitching
 // a whole new range. The space is a free run reaching the range's end (after
-// the free tail of the chunk before it, if any), or a whole idle range that
-// left the run index.
+// the free tail of the chunk before it, if any).
 Placed Lake::rung_grow(const Request& r, Budget budget) {
   constexpr int kMaxCandidates = 8;
   read_segments();
@@ -143,14 +149,7 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     if (have >= size) return {};  // would fit; not this rung's business
     const std::size_t need = round_up(size - have, options_.granularity);
     if (seg.reserve || seg.sealed || seg.size + need > seg.va_size) return {};
-    std::vector<ChunkId> chosen, created;
-    if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return {};
-    const bool stitched = chosen.size() > created.size();
-    if (!table_.extend(s, chosen)) {
-      release_all(created);
-      return {};
-    }
-    if (stitched) ++stats_.prestitch_misses.current;
+    if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::grow, s, tail ? start - 1 : start, tail, size);
   };
   const RunIndex& runs = table_.free_runs();
@@ -161,14 +160,6 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     const Segment& seg = table_[it->segment];
     if (it->start + seg.runs.at(it->start) != seg.chunks.size()) continue;  // not at the end
     if (Placed p = grow(it->segment, it->start, free_tail_before(it->segment, it->start))) return p;
-  }
-  n = 0;
-  const auto& idle = table_.idle_by_size();
-  for (auto it = idle.lower_bound({bytes, 0}); n < kMaxCandidates && it != idle.begin(); ++n) {
-    --it;
-    if (it->first * 2 < bytes) break;
-    if (table_[it->second].indexed) continue;  // seen among the runs
-    if (Placed p = grow(it->second, 0, nullptr)) return p;
   }
   return {};
 }

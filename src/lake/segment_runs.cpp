@@ -64,26 +64,6 @@ void SegmentTable::run_erase(SegmentId s, SlotRuns::iterator it) {
   seg.runs.erase(it);
 }
 
-void SegmentTable::unindex(SegmentId s) {
-  Segment& seg = segments_[s];
-  while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
-  seg.indexed = false;
-}
-
-// After the consolidated range `range` was registered: idle segments all of
-// whose chunks it maps leave the run index (each indexed mapping of a chunk
-// costs upkeep on every take and give-back of it).
-void SegmentTable::unindex_superseded(SegmentId range) {
-  std::vector<char> in_range(maps_.size(), 0);
-  for (ChunkId c : segments_[range].chunks) in_range[c] = 1;
-  for (SegmentId s = 0; s < segments_.size(); ++s) {
-    const Segment& seg = segments_[s];
-    if (s == range || !seg.in_use || !seg.indexed || seg.busy != 0 || seg.reserve) continue;
-    if (std::all_of(seg.chunks.begin(), seg.chunks.end(), [&](ChunkId c) { return in_range[c]; }))
-      unindex(s);
-  }
-}
-
 // Slots [index, index + count) of segment `s` now hold free chunks: one run
 // with the runs beside them.
 void SegmentTable::slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count) {
@@ -121,32 +101,59 @@ void SegmentTable::slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t
 }
 
 void SegmentTable::note_chunk_change(ChunkId id) {
-  std::uint8_t& lag = maps_[id].run_lag;
-  lag ^= kRunBehind;
-  if (!(lag & kRunBehind) || (lag & kRunListed)) return;
-  lag |= kRunListed;
+  ChunkMaps& m = maps_[id];
+  if (m.listed) return;
+  m.listed = true;
   lagging_chunks_.push_back(id);
 }
 
+void SegmentTable::rehome(SegmentId s, const std::vector<ChunkId>& ids) {
+  for (ChunkId c : ids) rehome(s, c);
+}
+
+void SegmentTable::rehome(SegmentId s, ChunkId c) {
+  if (maps_[c].home == s) return;
+  maps_[c].home = s;
+  note_chunk_change(c);
+}
+
+void SegmentTable::unhome(SegmentId s) {
+  for (ChunkId c : segments_[s].chunks) {
+    ChunkMaps& m = maps_[c];
+    if (m.home != s) continue;
+    m.home = kNone;
+    for (auto it = m.mapped_in.rbegin(); it != m.mapped_in.rend() && m.home == kNone; ++it)
+      if (it->segment != s) m.home = it->segment;
+    note_chunk_change(c);
+  }
+}
+
+// Each segment mapping a listed chunk compares whether it offered the chunk
+// as of the last catch-up with whether it offers it now; only those that
+// differ change. A chunk taken and given back (or rehomed and back) in
+// between changes nothing.
 void SegmentTable::catch_up() {
   if (lagging_chunks_.empty()) return;
   for (ChunkId id : lagging_chunks_) {
     ChunkMaps& m = maps_[id];
-    if (m.run_lag & kRunBehind) {
-      const bool taken = !pool_.is_free(id);
-      std::vector<Mapping>& to = taken ? caught_claimed_ : caught_freed_;
-      for (Mapping where : m.mapped_in) {
-        Segment& seg = segments_[where.segment];
-        if (taken) {
-          if (seg.busy++ == 0) idle_erase(where.segment);
-        } else if (--seg.busy == 0) {
-          idle_insert(where.segment);
-        }
-        if (seg.indexed) to.push_back(where);
-        ++stats_.caught_up_mappings.current;
+    m.listed = false;
+    const bool free_now = pool_.is_free(id);
+    if (free_now == m.seen_free && m.home == m.seen_home) continue;
+    for (Mapping where : m.mapped_in) {
+      const bool was = m.seen_offered(where.segment);
+      const bool now = free_now && m.home == where.segment;
+      if (was == now) continue;
+      Segment& seg = segments_[where.segment];
+      if (!now) {
+        if (seg.busy++ == 0) idle_erase(where.segment);
+      } else if (--seg.busy == 0) {
+        idle_insert(where.segment);
       }
+      (now ? caught_freed_ : caught_claimed_).push_back(where);
+      ++stats_.caught_up_mappings.current;
     }
-    m.run_lag = 0;
+    m.seen_free = free_now;
+    m.seen_home = m.home;
   }
   lagging_chunks_.clear();
   apply_stretches(caught_claimed_, /*freed=*/false);
@@ -192,9 +199,10 @@ void SegmentTable::apply_stretches(const std::vector<Mapping>& slots, bool freed
 }
 
 std::size_t SegmentTable::behind_chunk_count() const {
-  return static_cast<std::size_t>(std::count_if(maps_.begin(), maps_.end(), [](const ChunkMaps& m) {
-    return (m.run_lag & kRunBehind) != 0;
-  }));
+  std::size_t n = 0;
+  for (ChunkId c : lagging_chunks_)
+    n += maps_[c].seen_free != pool_.is_free(c) || maps_[c].seen_home != maps_[c].home;
+  return n;
 }
 
 void SegmentTable::idle_insert(SegmentId s) {

@@ -158,18 +158,22 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
   seg.stitched = stitched;
   seg.in_use = true;
   seg.offsets = std::move(range.offsets);
+  // The segment starts from what the others saw of its chunks; becoming
+  // their home is a change it catches up with like them.
   for (std::uint32_t i = 0; i < ids.size(); ++i) {
     maps_[ids[i]].mapped_in.push_back({id, i});
-    if (!pool_.is_free(ids[i])) ++seg.busy;
+    if (!maps_[ids[i]].seen_offered(id)) ++seg.busy;
   }
   seg.chunks = std::move(ids);
   seg.last_used = ++clock_;
   try {  // the indexes' inserts may need the heap
     for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
-      if (pool_.is_free(seg.chunks[i])) slots_freed(id, i, 1);
+      if (maps_[seg.chunks[i]].seen_offered(id)) slots_freed(id, i, 1);
     segment_at_.emplace(seg.va, id);
     unpinned_by_age_.emplace(seg.last_used, id);
     if (seg.busy == 0) idle_insert(id);
+    lagging_chunks_.reserve(lagging_chunks_.size() + seg.chunks.size());
+    rehome(id, seg.chunks);
   } catch (...) {
     unregister(id);
     throw;
@@ -192,6 +196,7 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
 // of heap half way); only erases, so it cannot fail itself.
 void SegmentTable::unregister(SegmentId id) {
   Segment& seg = segments_[id];
+  unhome(id);
   while (!seg.runs.empty()) run_erase(id, std::prev(seg.runs.end()));
   if (auto it = segment_at_.find(seg.va); it != segment_at_.end() && it->second == id)
     segment_at_.erase(it);
@@ -249,7 +254,7 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
   }
   offset = seg.size;
   if (!seg.stitched) gauge(stats_.stitched_bytes, static_cast<std::int64_t>(seg.size));
-  const bool idle = seg.busy == 0;  // the new chunks are free: it stays idle
+  const bool idle = seg.busy == 0;  // re-entered with its new size
   if (idle) idle_erase(s);
   seg.size += total;
   if (idle) idle_insert(s);
@@ -261,8 +266,14 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
     offset += pool_.size(c);
   }
   if (tail_count) run_insert(s, tail_start, tail_count);
-  if (seg.indexed)
-    for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) slots_freed(s, i, 1);
+  // As in register_segment: the new slots start from what the others saw.
+  for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) {
+    if (maps_[seg.chunks[i]].seen_offered(s))
+      slots_freed(s, i, 1);
+    else if (seg.busy++ == 0)
+      idle_erase(s);
+  }
+  rehome(s, ids);
   seg.stitched = true;
   units_ += ids.size();
   gauge(stats_.mapping_units, static_cast<std::int64_t>(ids.size()));
@@ -300,9 +311,11 @@ Zombie SegmentTable::detach(SegmentId s) {
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
     z.mapped.emplace_back(seg.va + seg.offsets[i], pool_.size(seg.chunks[i]));
   free_slots_.reserve(free_slots_.size() + 1);
+  lagging_chunks_.reserve(lagging_chunks_.size() + seg.chunks.size());
   unpinned_by_age_.erase({seg.last_used, s});
   if (seg.busy == 0) idle_erase(s);
   while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
+  unhome(s);
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
     std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{s, i});
   units_ -= seg.chunks.size() + 1;
@@ -311,7 +324,6 @@ Zombie SegmentTable::detach(SegmentId s) {
     observers_.each([&](Observer& o) { o.on_unmap({seg.va, seg.size, seg.stitched}); });
   if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
   if (seg.reserve) std::erase(reserve_segments_, s);
-  std::erase(consolidated_, s);
   segment_at_.erase(seg.va);
   mapped_bytes_ -= seg.size;
   gauge(stats_.mapped_bytes, -static_cast<std::int64_t>(seg.size));
@@ -470,22 +482,6 @@ void SegmentTable::dissolve_reserve(SegmentId s) {
   seg.reserve = false;
   std::erase(reserve_segments_, s);
   for (ChunkId id : seg.chunks) pool_.clear_reserve(id);
-}
-
-void SegmentTable::add_consolidated(SegmentId range) {
-  unindex_superseded(range);
-  std::erase_if(consolidated_, [&](SegmentId r) { return !segments_[r].indexed; });
-  consolidated_.push_back(range);
-  if (consolidated_.size() > kIndexedRanges) {
-    unindex(consolidated_.front());
-    consolidated_.erase(consolidated_.begin());
-  }
-  segments_[range].prepared = true;
-}
-
-std::size_t SegmentTable::indexed_segment_count() const {
-  return static_cast<std::size_t>(std::count_if(
-      segments_.begin(), segments_.end(), [](const Segment& s) { return s.in_use && s.indexed; }));
 }
 
 }  // namespace memlake::lake

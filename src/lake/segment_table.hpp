@@ -7,14 +7,24 @@
 // nothing), keeps the mapped total within its budget, and keeps ranges the
 // backend refused to unmap (zombies) for a retry.
 //
-// Behind: a chunk taken or given back since the segments mapping it last
-// caught up (note_chunk_change, catch_up). Their busy counts, the idle index
-// and their free runs tell the chunk's state as of then. Free runs: every
-// maximal run of consecutive slots of an indexed segment whose chunks are
-// free, or taken but still behind, less those given back but still behind,
-// is in Segment::runs and in the run index. A segment with busy == 0 is
-// idle (cached, reusable whole, evictable); one that owns no chunk and that
-// no allocation borrows through is unpinned and may be unmapped.
+// Home: a free chunk is offered through one segment only, its home: the
+// segment that last mapped it or handed it out, whichever came later (the
+// newest other one mapping it when its home is unmapped). Other segments
+// keep showing the chunk's bytes to the blocks they hold, but do not offer
+// it while it is free, so the free runs of a range the worker laid out are
+// not cut up through other ranges' views of the same chunks, and each free
+// chunk is in one run at most. A block that comes back to its place from
+// the last step takes the chunks there wherever their home is (the lake's
+// remembered rung), so a repeated step keeps its layout.
+//
+// Behind: a chunk taken, given back or rehomed since the segments mapping it
+// last caught up (note_chunk_change, catch_up). Their busy counts, the idle
+// index and their free runs tell the chunk's state as of then (ChunkMaps'
+// seen_free and seen_home). Free runs: every maximal run of consecutive
+// slots of a segment whose chunks it offers as of then is in Segment::runs
+// and in the run index. A segment with busy == 0 offers all its chunks: it
+// is idle (cached, reusable whole, evictable); one that owns no chunk and
+// that no allocation borrows through is unpinned and may be unmapped.
 // Not thread-safe, except map_range and retire, which touch no table state
 // (the worker runs them without the lock).
 #pragma once
@@ -40,11 +50,6 @@
 
 namespace memlake::lake {
 
-// Consolidated ranges whose free runs stay indexed, the newest: each maps
-// every chunk that was free when it was made, so older ones mostly repeat
-// it, and each indexed mapping of a chunk costs upkeep on every claim.
-inline constexpr std::size_t kIndexedRanges = 2;
-
 struct Segment {
   DevicePtr va = 0;
   std::size_t size = 0;         // mapped bytes, from va
@@ -65,11 +70,7 @@ struct Segment {
   bool prepared = false;  // stitched by the worker and not used yet
   bool reserve = false;   // the worker's reserve: used only where new memory would be made
   bool sealed = false;    // its room past the end is not clean: never extend it
-  // Its free runs are in the run index. A consolidated range that maps every
-  // chunk of an idle segment supersedes that segment's runs: it keeps
-  // serving whole (idle, exact fit) without its runs being kept up to date.
-  bool indexed = true;
-  bool in_use = false;  // slot holds a mapped segment
+  bool in_use = false;    // slot holds a mapped segment
   std::uint64_t last_used = 0;
   // The newest fence a block was freed into it under: queued work may still
   // use its addresses until that fence completes, so no unmapping before.
@@ -78,15 +79,17 @@ struct Segment {
   bool pinned() const { return owned != 0 || borrowed != 0; }
 };
 
-// Where a chunk is mapped, and whether those segments are behind on it.
+// Where a chunk is mapped, its home, and what the segments mapping it saw
+// when they last caught up with it.
 struct ChunkMaps {
   std::vector<Mapping> mapped_in;
-  // kRunBehind: taken or given back since the segments mapping it caught up;
-  // kRunListed: in the table's list of such chunks.
-  std::uint8_t run_lag = 0;
+  SegmentId home = kNone;       // the segment that offers it while free: kNone only when unmapped
+  SegmentId seen_home = kNone;  // as of the last catch-up
+  bool seen_free = true;        // as of the last catch-up (a new chunk is free)
+  bool listed = false;          // in the table's list of chunks to catch up with
+  // Whether segment `s` counts the chunk as free, as of the last catch-up.
+  bool seen_offered(SegmentId s) const { return seen_free && seen_home == s; }
 };
-inline constexpr std::uint8_t kRunBehind = 1;
-inline constexpr std::uint8_t kRunListed = 2;
 
 // A range that is out of the table but not (fully) unmapped yet.
 struct Zombie {
@@ -130,6 +133,8 @@ class SegmentTable {
   SegmentId containing(DevicePtr ptr) const;
   // Chunk `c` is mapped in segment `s`.
   bool maps_chunk(SegmentId s, ChunkId c) const;
+  // Chunk `c` is free and segment `s`, which maps it, may hand it out.
+  bool offers(SegmentId s, ChunkId c) const { return pool_.is_free(c) && maps_[c].home == s; }
 
   // ---- mapping ----
   // Reserves a range for `chunks` (handle, size), maps each and grants access
@@ -188,6 +193,9 @@ class SegmentTable {
   FenceId fences_done() const { return fences_done_; }
 
   // ---- pins, owned chunks and use ----
+  // Chunk `c`, which `s` maps, has `s` as its home from now on (it hands it
+  // out); the segments that offered it catch up.
+  void rehome(SegmentId s, ChunkId c);
   void pin(SegmentId s, std::uint32_t Segment::*count, bool add);
   void touch(SegmentId s);  // placed in: most recently used
 
@@ -209,23 +217,21 @@ class SegmentTable {
   // Chunk `c` was taken or given back: the segments mapping it are behind.
   void note_chunk_change(ChunkId c);
   bool behind() const { return !lagging_chunks_.empty(); }
-  // Brings the segments mapping chunks taken or given back since the last
-  // call up to date: busy counts, the idle index, free runs.
+  // Brings the segments mapping chunks taken, given back or rehomed since
+  // the last call up to date: busy counts, the idle index, free runs.
   void catch_up();
   std::size_t behind_chunk_count() const;
 
   // ---- the worker's ranges ----
-  // A consolidated range joins the indexed ones; the oldest leaves; idle
-  // segments all of whose chunks it maps leave the run index.
-  void add_consolidated(SegmentId range);
-  const std::vector<SegmentId>& consolidated() const { return consolidated_; }
+  // The worker laid out `range` ahead of demand (stats count it as wasted if
+  // it is unmapped before a block is placed in it).
+  void add_consolidated(SegmentId range) { segments_[range].prepared = true; }
   void add_reserve(SegmentId s);
   // A request took new memory from reserve range `s`: the range is ordinary
   // memory from now on, and the worker makes another reserve.
   void dissolve_reserve(SegmentId s);
 
   std::string check_invariants() const;
-  std::size_t indexed_segment_count() const;
 
  private:
   bool unmappable(const Segment& seg) const { return seg.fence <= fences_done_; }
@@ -235,8 +241,10 @@ class SegmentTable {
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void apply_stretches(const std::vector<Mapping>& slots, bool freed);
-  void unindex(SegmentId s);
-  void unindex_superseded(SegmentId range);
+  void rehome(SegmentId s, const std::vector<ChunkId>& ids);
+  // Chunks whose home was `s`, which is going: the newest other segment
+  // mapping each becomes its home.
+  void unhome(SegmentId s);
   void idle_insert(SegmentId s);
   void idle_erase(SegmentId s);
   SegmentId new_slot();
@@ -256,7 +264,7 @@ class SegmentTable {
   PoolSet<AgeKey> unpinned_by_age_;  // !pinned(), least recently used first
   using BaseEntry = std::pair<const DevicePtr, SegmentId>;
   std::map<DevicePtr, SegmentId, std::less<DevicePtr>, PoolAllocator<BaseEntry>> segment_at_;
-  RunIndex free_runs_;           // every indexed segment's runs of free chunks, by bytes
+  RunIndex free_runs_;           // every segment's runs of chunks it offers, by bytes
   std::vector<Zombie> zombies_;  // retried by unmap_unpinned() and the destructor
   std::string last_failure_;
   Status last_failure_status_ = Status::ok;
@@ -267,8 +275,7 @@ class SegmentTable {
   std::uint64_t clock_ = 0;
   FenceId fences_done_;
   std::vector<SegmentId> reserve_segments_;  // ranges over the worker's reserve
-  std::vector<SegmentId> consolidated_;      // the worker's indexed ranges, oldest first
-  // Chunks marked kRunListed (some no longer behind).
+  // Chunks marked listed (some no longer behind).
   std::vector<ChunkId> lagging_chunks_;
   std::vector<Mapping> caught_claimed_, caught_freed_;  // catch_up's scratch
   struct Stretch {

@@ -31,9 +31,13 @@ bool Jobs::wants_consolidation() {
   return table_.free_runs().largest_bytes() * 2 < pool_.free_bytes();
 }
 
-// The run the largest request seen needs (as far as the free chunks go).
+// Twice the larger requests that lately missed their places (as far as the
+// free chunks go): room for the next such request and the one after it,
+// while mapping all free memory would cost driver time for runs that later
+// requests cut up anyway.
 std::size_t Jobs::consolidation_bytes() const {
-  return std::min(pool_.free_bytes(), std::max(demand_.largest, kMinChunks * options_.granularity));
+  const std::size_t floor = kMinChunks * options_.granularity;
+  return std::min(pool_.free_bytes(), std::max(2 * demand_.recent, floor));
 }
 
 bool Jobs::wants_reserve() const {
@@ -44,29 +48,43 @@ bool Jobs::wants_reserve() const {
 }
 
 bool Jobs::wanted() {
-  return wants_consolidation() || wants_reserve() || table_.over_budget();
+  consolidate_ = consolidate_ || wants_consolidation();
+  return consolidate_ || wants_reserve() || table_.over_budget();
 }
 
-// The largest free chunks, as many as the largest request seen needs: one
-// run that serves it (mapping more costs driver time for runs that later
-// requests cut up anyway).
+// Free chunks for consolidation_bytes(), laid out as one range that becomes
+// their home.
 void Jobs::plan_consolidation(StitchPlan* plan) {
   *plan = StitchPlan{};
   const std::size_t cap = consolidation_bytes();
   std::size_t planned = 0;
-  const lake::FreeChunkSet& free = pool_.free_set();
-  for (auto it = free.rbegin();
-       it != free.rend() && plan->ids.size() < options_.max_stitch_chunks && planned < cap; ++it) {
-    const lake::ChunkId c = it->second;
-    if (pool_[c].reserve) continue;
+  std::vector<bool> chosen(pool_.slots());
+  auto add = [&](lake::ChunkId c) {
+    if (chosen[c] || pool_[c].reserve || !pool_.is_free(c) || planned >= cap ||
+        plan->ids.size() >= options_.max_stitch_chunks)
+      return;
+    chosen[c] = true;
     planned += pool_.size(c);
     plan->ids.push_back(c);
     plan->handles.emplace_back(pool_[c].handle, pool_.size(c));
+  };
+  // The runs of other ranges first, largest first, each in its own order: a
+  // request that takes part of such a run through its own range then takes
+  // one stretch of the new range instead of chunks scattered over it.
+  const lake::RunIndex& runs = table_.free_runs();
+  for (auto it = runs.end(); it != runs.begin() && planned < cap;) {
+    --it;
+    const lake::Segment& seg = table_[it->segment];
+    const std::uint32_t end = it->start + seg.runs.at(it->start);
+    for (std::uint32_t j = it->start; j < end; ++j) add(seg.chunks[j]);
   }
+  const lake::FreeChunkSet& free = pool_.free_set();
+  for (auto it = free.rbegin(); it != free.rend() && planned < cap; ++it) add(it->second);
   // Only now, with nothing left that needs the heap, does the plan change
   // the lake.
   for (lake::ChunkId c : plan->ids) pool_.pin(c);
   demand_.stitched = false;
+  consolidate_ = false;
 }
 
 void Jobs::plan_reserve(StitchPlan* plan) {
@@ -85,10 +103,11 @@ bool Jobs::plan(Job* job) {
   // Room for the evictions first: the plans below pin chunks, and nothing
   // after them may fail for want of heap.
   job->evictions.reserve(table_.unpinned_count());
-  if (wants_consolidation()) {
+  if (consolidate_ && pool_.free_bytes() >= kMinChunks * options_.granularity) {
     plan_consolidation(&job->plan);
     job->stitch = true;
   } else if (wants_reserve()) {
+    consolidate_ = false;
     plan_reserve(&job->plan);
     job->stitch = true;
   }

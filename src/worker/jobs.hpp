@@ -55,6 +55,7 @@ class Jobs {
   void execute(Job& job) const;
   void commit(Job& job);
   void count_failure() { ++stats_.worker_failures.current; }
+  const ObserverList& observers() const { return observers_; }
 
  private:
   bool wants_consolidation();
@@ -72,6 +73,7 @@ class Jobs {
   const lake::LakeOptions& options_;
   Stats& stats_;
   ObserverList& observers_;
+  bool consolidate_ = false;  // wanted() found consolidation worth a job
 };
 
 }  // namespace memlake::worker

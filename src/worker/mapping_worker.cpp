@@ -56,6 +56,9 @@ void MappingWorker::run_job(std::unique_lock<std::mutex>* lock) {
     return;
   }
   busy_ = true;
+  // Opened and closed with the lock held, around the driver calls.
+  SlowWorkScope slow(jobs_.observers(), SlowWork::worker_job);
+  slow.begin(0, nullptr);
   if (lock) lock->unlock();
   jobs_.execute(job);
   if (lock) lock->lock();

@@ -32,6 +32,9 @@ const std::vector<std::string> kKeys = {"backend",
                                         "reserve",
                                         "shareable",
                                         "record",
+                                        "nvtx",
+                                        "timeline",
+                                        "timeline_events",
                                         "on_misuse",
                                         "host_granularity", "host_max_mappings", "host_max_fds", "host_max_va", "host_simulate_latency",
                                         "small_max",
@@ -44,9 +47,9 @@ const std::vector<std::string> kKeys = {"backend",
 
 const std::string kKnown =
     "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
-    "record, on_misuse, host_granularity, host_max_mappings, host_max_fds, host_max_va, "
-    "host_simulate_latency, small_max, max_chunk, "
-    "large_chunk, large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
+    "record, nvtx, timeline, timeline_events, on_misuse, host_granularity, host_max_mappings, "
+    "host_max_fds, host_max_va, host_simulate_latency, small_max, max_chunk, large_chunk, "
+    "large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
 
 std::string upper(std::string s) {
   for (char& c : s)

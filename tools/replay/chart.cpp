@@ -11,16 +11,21 @@
 
 namespace memlake {
 
-std::string svg_path(const std::string& base, const std::string& name, bool several) {
+std::string per_trace_path(const std::string& base, const std::string& name, bool several,
+                           const std::string& ext) {
   if (!several) return base;
   std::string safe = name;
   for (char& c : safe) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
-  if (base.size() > 4 && base.ends_with(".svg")) {
-    return base.substr(0, base.size() - 4) + "-" + safe + ".svg";
+  if (base.size() > ext.size() && base.ends_with(ext)) {
+    return base.substr(0, base.size() - ext.size()) + "-" + safe + ext;
   }
-  return base + "-" + safe + ".svg";
+  return base + "-" + safe + ext;
+}
+
+std::string svg_path(const std::string& base, const std::string& name, bool several) {
+  return per_trace_path(base, name, several, ".svg");
 }
 
 void write_chart(const std::string& path, const TraceReport& r, bool x_is_time,

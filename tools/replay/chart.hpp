@@ -13,6 +13,9 @@ namespace memlake {
 // The chart's file: `base` itself for a single trace; with several, the
 // trace's name (made safe for a file name) before ".svg".
 std::string svg_path(const std::string& base, const std::string& name, bool several);
+// The same for any output file whose name ends with `ext` (".html", ".json").
+std::string per_trace_path(const std::string& base, const std::string& name, bool several,
+                           const std::string& ext);
 
 // Writes the chart of `r` with at most `points` points per series, x being
 // the event index or (`x_is_time`) the trace's timestamps. Throws

@@ -13,12 +13,14 @@
 #include <utility>
 
 #include "memlake/errors.hpp"
+#include "profiling/timeline.hpp"
 #include "replay/async_replay.hpp"
 #include "replay/capacity.hpp"
 #include "replay/chart.hpp"
 #include "replay/cli_options.hpp"
 #include "replay/format.hpp"
 #include "replay/report.hpp"
+#include "report/html_report.hpp"
 
 namespace memlake {
 
@@ -117,9 +119,17 @@ class TraceReplays {
     setup_.progress.enabled = progress;
     setup_.progress.stream = context.err;
     setup_.backend = context.backend;
+    // --html and --timeline: memlake's replay recorded whole (the ring
+    // holds every event it makes).
+    if (!o.gmlake_only && (!o.html.empty() || !o.timeline.empty())) {
+      timeline_ = std::make_unique<Timeline>(
+          config.device, std::max<std::size_t>(std::size_t{1} << 20, 8 * t_.events.size()));
+      setup_.observer = timeline_.get();
+    }
     quiet_ = setup_;
     quiet_.timing = false;
     quiet_.series_points = 0;
+    quiet_.observer = nullptr;
   }
 
   TraceReport run() {
@@ -140,6 +150,8 @@ class TraceReplays {
     return std::move(r_);
   }
   const ReplaySetup& setup() const { return setup_; }
+  // The timeline of memlake's replay; nullptr without --html or --timeline.
+  const Timeline* timeline() const { return timeline_.get(); }
 
  private:
   // Whether the trace fits in `capacity`, replayed quietly; a failure names
@@ -210,7 +222,8 @@ class TraceReplays {
   const Trace& t_;
   TraceReport r_;
   ReplaySetup setup_;
-  ReplaySetup quiet_;  // no timing, no series: for the searches
+  ReplaySetup quiet_;  // no timing, no series, no timeline: for the searches
+  std::unique_ptr<Timeline> timeline_;
 };
 
 // The chart, the cudaMallocAsync replay and the report of one trace.
@@ -220,9 +233,12 @@ class TraceOutput {
               std::size_t traces)
       : o_(o), config_(config), context_(context), several_(traces > 1) {}
 
-  // kExitOk, or kExitBadInput when the chart cannot be written.
-  int write(const TraceReport& r, const ReplaySetup& setup, std::size_t index) {
+  // kExitOk, or kExitBadInput when the chart, the report or the timeline
+  // cannot be written.
+  int write(const TraceReport& r, const ReplaySetup& setup, std::size_t index,
+            const Timeline* timeline) {
     if (!o_.svg.empty() && !write_svg_file(r, index)) return kExitBadInput;
+    if (timeline != nullptr && !write_timeline_files(r, *timeline, index)) return kExitBadInput;
     AsyncResult async;
     if (o_.cuda_async) async = replay_cuda_async(setup, config_.device);
     const std::uint64_t memlake_peak =
@@ -255,11 +271,66 @@ class TraceOutput {
     return true;
   }
 
+  // A file name of its own for each trace (`taken` holds those used).
+  std::string unique_path(const std::string& base, const TraceReport& r, std::size_t index,
+                          const std::string& ext, std::set<std::string>& taken) const {
+    const std::string name = r.trace->name();
+    std::string path = per_trace_path(base, name, several_, ext);
+    if (!taken.insert(path).second)
+      path = per_trace_path(base, name + "-" + std::to_string(index), true, ext);
+    taken.insert(path);
+    return path;
+  }
+
+  bool write_timeline_files(const TraceReport& r, const Timeline& timeline, std::size_t index) {
+    const std::string json = timeline.trace_json();
+    try {
+      if (!o_.timeline.empty()) {
+        const std::string path = unique_path(o_.timeline, r, index, ".json", json_names_);
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        const bool ok = f != nullptr && std::fwrite(json.data(), 1, json.size(), f) == json.size();
+        if (f != nullptr && std::fclose(f) != 0) throw std::runtime_error("cannot write " + path);
+        if (!ok) throw std::runtime_error("cannot write the timeline " + path);
+      }
+      if (!o_.html.empty())
+        write_html_report(unique_path(o_.html, r, index, ".html", html_names_), json, html_info(r));
+    } catch (const std::runtime_error& e) {
+      say(context_.err, e.what());
+      return false;
+    }
+    return true;
+  }
+
+  static HtmlReportInfo html_info(const TraceReport& r) {
+    HtmlReportInfo info;
+    info.title = "memlake replay: " + r.trace->name();
+    const MemlakeResult& m = *r.memlake;
+    info.subtitle = "memlake on the " + m.backend + " backend: peak live " +
+                    gib(static_cast<std::uint64_t>(m.stats.live_bytes.peak)) + ", peak reserved " +
+                    gib(static_cast<std::uint64_t>(m.stats.reserved_bytes.peak)) +
+                    " (utilization " +
+                    fmt("%.3f", ratio(static_cast<std::uint64_t>(m.stats.live_bytes.peak),
+                                      static_cast<std::uint64_t>(m.stats.reserved_bytes.peak))) +
+                    ")";
+    std::string baselines;
+    for (const TraceBaseline& b : r.trace->meta.baselines)
+      baselines += (baselines.empty() ? "" : ", ") + b.name + " " + gib(b.peak_reserved_bytes);
+    if (!baselines.empty())
+      info.notes.push_back(
+          "PyTorch's allocators reserved at their peak on this trace: " + baselines + ".");
+    info.notes.push_back(
+        "Times are this replay's on this machine (memory-over-time follows the replay's clock), "
+        "not "
+        "the training run's; the memory is the same.");
+    if (!m.fits) info.notes.push_back("The replay ran out of memory: " + m.oom_message);
+    return info;
+  }
+
   const ToolOptions& o_;
   const Config& config_;
   const ToolContext& context_;
   const bool several_;
-  std::set<std::string> svg_names_;
+  std::set<std::string> svg_names_, json_names_, html_names_;
 };
 
 // Whether the policy replayed ran out of memory.
@@ -281,7 +352,8 @@ int replay_all(const ToolOptions& o, const ToolContext& context) {
     try {
       TraceReplays replays(loaded[ti], o, *config, context, progress);
       const TraceReport r = replays.run();
-      if (const int s = output.write(r, replays.setup(), ti); s != kExitOk) return s;
+      if (const int s = output.write(r, replays.setup(), ti, replays.timeline()); s != kExitOk)
+        return s;
       if (does_not_fit(r)) status = kExitDoesNotFit;
     } catch (const ReplayError& e) {
       say(context.err, e.what());

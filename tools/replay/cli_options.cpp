@@ -77,6 +77,15 @@ options:
                          the trace name before .svg (FILE-NAME.svg)
   --svg-x event|ts       x axis of the chart: event index (default) or the
                          trace's timestamps
+  --html FILE            the HTML report of memlake's replay (one page, no
+                         network; docs/profiling.md): memory over time with
+                         zoom and hover, fragmentation, the largest blocks at
+                         the peak, streams, rungs, the slowest allocations and
+                         what they did; times are the replay's. With several
+                         traces, FILE-NAME.html per trace
+  --timeline FILE        the replay's timeline as Chrome Trace Event JSON
+                         (ui.perfetto.dev, chrome://tracing, memlake-report);
+                         with several traces, FILE-NAME.json per trace
   --no-progress          no progress bar (shown on stderr when it is a TTY)
   -h, --help             this text
 
@@ -87,7 +96,8 @@ trace, and its line where there is one, then the cause):
      capacity): an allocation ran out of memory; the report still comes
   2  bad input or usage: a malformed trace (unknown id, truncated gzip, ...;
      "FILE:LINE: reason"), a missing file, a bad option, --conf value or
-     environment variable, an --svg file that cannot be written
+     environment variable, an --svg, --html or --timeline file that cannot
+     be written
   3  the allocator failed other than by running out of memory: its
      constructor, an allocate or a deallocate threw (misuse, a backend error,
      std::bad_alloc, any exception), it returned an address still live, or
@@ -253,7 +263,7 @@ bool parse_gmlake_option(ArgReader& a, GmlakeOptions& g) {
   return true;
 }
 
-// --json, --svg, --svg-x, --no-progress.
+// --json, --svg, --svg-x, --html, --timeline, --no-progress.
 bool parse_output_option(ArgReader& a, ToolOptions& o) {
   const std::string& arg = a.arg();
   if (arg == "--json") {
@@ -262,6 +272,12 @@ bool parse_output_option(ArgReader& a, ToolOptions& o) {
   } else if (arg == "--svg") {
     o.svg = a.value();
     if (o.svg.empty()) throw UsageError("--svg needs a file name");
+  } else if (arg == "--html") {
+    o.html = a.value();
+    if (o.html.empty()) throw UsageError("--html needs a file name");
+  } else if (arg == "--timeline") {
+    o.timeline = a.value();
+    if (o.timeline.empty()) throw UsageError("--timeline needs a file name");
   } else if (arg == "--svg-x") {
     const std::string v = a.value();
     if (v != "event" && v != "ts")

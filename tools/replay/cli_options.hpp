@@ -30,6 +30,8 @@ struct ToolOptions {
   bool json = false;
   std::string svg;
   bool svg_ts = false;
+  std::string html;      // --html: the HTML report of memlake's replay
+  std::string timeline;  // --timeline: its timeline (Chrome Trace Event JSON)
   bool progress = true;
 };
 

@@ -290,6 +290,7 @@ class MemlakeReplay {
     r_.warmup_events = warm_;
     ptr_.assign(n_, nullptr);
     live_.reserve(4096);
+    if (setup_.observer) alloc_->add_observer(setup_.observer);
     if (setup_.timing) {
       alloc_->add_observer(&recorder_);
       alloc_path_.reserve(n_ / 2 + 1);
@@ -434,6 +435,7 @@ class MemlakeReplay {
 
   // What the trace left live goes back, so that teardown is clean.
   void give_back_live_blocks() {
+    if (setup_.observer) alloc_->remove_observer(setup_.observer);
     for (std::size_t k = 0; k < n_; ++k) {
       if (ptr_[k]) alloc_.deallocate(k, ptr_[k], " at the end of the trace");
     }

@@ -85,6 +85,10 @@ struct ReplaySetup {
   std::size_t slowest = 0;
   Progress progress;
   BackendFactory backend;
+  // Also told every event of the replay (added before the first event,
+  // removed before the blocks the trace left live go back): the timeline of
+  // --html and --timeline.
+  Observer* observer = nullptr;
 };
 
 // One of the slowest allocations after warm-up, and the stats it moved:

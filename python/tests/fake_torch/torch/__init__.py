@@ -7,6 +7,8 @@ from . import cuda  # noqa: F401
 
 __version__ = "0.0+fake"
 
+OutOfMemoryError = cuda.OutOfMemoryError
+
 
 class device:
     def __init__(self, spec):

@@ -5,6 +5,10 @@ from . import memory  # noqa: F401
 _current = 0
 
 
+class OutOfMemoryError(RuntimeError):
+    """What PyTorch's CUDA allocator raises when it runs out of memory."""
+
+
 def current_device():
     return _current
 
