@@ -147,10 +147,11 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
 }
 
 void StreamOrder::drop_completed_fences() {
+  // A query now could invalidate a capture under way (stream_order.hpp).
+  if (captures_underway_) return;
   // Once a stream's fence is found incomplete, its later ones are not asked:
   // each call queries about one fence per stream, however many a GPU that
   // runs behind has in flight.
-  if (captures_underway_) return;
   CallScope one_look(*this);
   std::erase_if(fences_, [&](const Fence& f) {
     if (incomplete(f.event, f.source, f.seq)) return false;
