@@ -42,7 +42,7 @@ typedef struct memlake_stat_value {
 /* Every statistic of MEMLAKE_STAT_FIELDS (memlake/stat_fields.h), in its
  * order: s.live_bytes.current, s.reserved_bytes.peak, s.allocs.current, ...
  * The version changes whenever the list does. */
-#define MEMLAKE_STATS_VERSION 4
+#define MEMLAKE_STATS_VERSION 5
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
@@ -98,6 +98,71 @@ int memlake_timeline_dump(int device, const char* path);
 int memlake_memory_snapshot_json(int device, char* buf, size_t len);
 /* Destroys every allocator; later calls fail with an error. */
 void memlake_shutdown(void);
+
+/* --- CUDA graphs (docs/graphs.md; C++: memlake/graph.hpp) ------------------
+ * What a stream allocates while it captures a graph must come from a graph
+ * pool, whose memory stays the graph's, mapped at the same addresses, until
+ * the pool is released:
+ *
+ *   memlake_pool_id pool;
+ *   memlake_graph_pool_handle(0, &pool);
+ *   memlake_begin_allocate_to_capture(0, pool, stream);   before the capture
+ *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+ *   ... memlake_malloc / memlake_free on stream ...
+ *   cudaStreamEndCapture(stream, &graph);
+ *   memlake_end_allocate_to_pool(0, pool);
+ *   ... replays; when the graph is destroyed: memlake_release_pool(0, pool);
+ *
+ * Pools of one exclusive group share physical memory: their graphs must
+ * never run at the same time (memlake_graph_launch orders them).
+ * Each returns 0 on success, -1 on error (memlake_last_error). */
+typedef struct memlake_pool_id {
+  uint64_t first; /* PyTorch's MempoolId_t; {0, 0} names no pool */
+  uint64_t second;
+} memlake_pool_id;
+/* Nonzero when `stream` allocates to the pool; called under the allocator's
+ * lock, so it must not call memlake. */
+typedef int (*memlake_stream_filter)(void* context, void* stream);
+
+int memlake_graph_pool_handle(int device, memlake_pool_id* out);
+/* check: nonzero to catch graphs of the group running at the same time in
+ * the graphs the C++ CapturedGraph captures (memlake_check_exclusive_group). */
+int memlake_exclusive_group(int device, int check, uint64_t* out);
+int memlake_exclusive_pool_handle(int device, uint64_t group, memlake_pool_id* out);
+/* Allocations on streams `filter` accepts go to `pool` until
+ * memlake_end_allocate_to_pool; each begin on a pool counts one more graph
+ * using it. */
+int memlake_begin_allocate_to_pool(int device, memlake_pool_id pool, memlake_stream_filter filter,
+                                   void* context);
+/* The same for every stream of the capture `stream` takes part in (call it
+ * before the capture begins). */
+int memlake_begin_allocate_to_capture(int device, memlake_pool_id pool, void* stream);
+int memlake_end_allocate_to_pool(int device, memlake_pool_id pool);
+/* One graph using the pool is gone; the last release frees the pool, after
+ * synchronizing the device, once none of its blocks is live. */
+int memlake_release_pool(int device, memlake_pool_id pool);
+/* Launches `graph` (a cudaGraphExec_t) whose memory comes from `pool` on
+ * `stream`, after the previous launch of the pool's exclusive group. */
+int memlake_graph_launch(int device, memlake_pool_id pool, void* graph, void* stream);
+/* -1 if graphs of the group were seen running at the same time. */
+int memlake_check_exclusive_group(int device, uint64_t group);
+
+typedef struct memlake_pool_stats {
+  uint64_t group;          /* 0: a pool of its own */
+  uint64_t reserved_bytes; /* physical bytes of the chunks it maps */
+  uint64_t mapped_bytes;
+  uint64_t live_bytes;
+  uint64_t live_blocks;
+  uint64_t retired_bytes; /* freed across streams: held until release */
+  uint64_t allocations;
+  int32_t users;
+  int32_t allocating;
+  int32_t released;
+  int32_t reserved_;
+} memlake_pool_stats;
+int memlake_get_pool_stats(int device, memlake_pool_id pool, memlake_pool_stats* out);
+/* Physical bytes the chunks of an exclusive group take. */
+int memlake_exclusive_group_bytes(int device, uint64_t group, uint64_t* out);
 
 #ifdef __cplusplus
 }

@@ -79,6 +79,16 @@ struct WorkerJobEvent {
 // mapping worker (its driver calls run between begin and end).
 enum class SlowWork : int { allocation, worker_job };
 
+// A graph pool (memlake/graph.hpp): allocation to it began or ended, or it
+// was released (its memory goes back).
+struct PoolEvent {
+  std::uint64_t pool_first = 0;  // its PoolId
+  std::uint64_t pool_second = 0;
+  std::uint64_t group = 0;         // its exclusive group, 0 for none
+  std::size_t reserved_bytes = 0;  // physical bytes of the chunks it maps
+  std::size_t live_bytes = 0;      // of its blocks the caller holds
+};
+
 // Every callback runs under the allocator's lock, on the thread that made
 // the call (the worker's commits included), and must not call back into the
 // allocator.
@@ -106,6 +116,9 @@ class Observer {
   // before the end).
   virtual void on_slow_begin(SlowWork, std::size_t /*bytes*/, void* /*stream*/) {}
   virtual void on_slow_end(SlowWork) {}
+  virtual void on_pool_begin(const PoolEvent&) {}
+  virtual void on_pool_end(const PoolEvent&) {}
+  virtual void on_pool_release(const PoolEvent&) {}
 };
 
 }  // namespace memlake

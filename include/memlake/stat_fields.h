@@ -61,7 +61,14 @@
   X(critical_path_vmm_ns,    counter, "host ns of VMM calls made inside malloc/free")          \
   X(critical_path_event_ns,  counter, "host ns of event record/query/wait calls in malloc/free")\
   X(worker_vmm_ns,           counter, "host ns of VMM calls made by the background worker")   \
-  X(misuse_errors,           counter, "bad frees and other misuse reported")
+  X(misuse_errors,           counter, "bad frees and other misuse reported")                 \
+  X(graph_pools,             gauge,   "graph pools not yet freed")                            \
+  X(graph_pool_bytes,        gauge,   "physical bytes graph pools hold (shared chunks once)") \
+  X(graph_pool_mapped_bytes, gauge,   "virtual bytes graph pools map")                        \
+  X(graph_pool_live_bytes,   gauge,   "bytes of graph pool blocks handed out (rounded sizes)")\
+  X(graph_allocs,            counter, "allocations served by graph pools")                    \
+  X(graph_captures_abandoned,counter, "uses of graph pools released by captures that failed") \
+  X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")
 /* clang-format on */
 
 #endif /* MEMLAKE_STAT_FIELDS_H_ */

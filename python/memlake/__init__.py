@@ -27,8 +27,10 @@ import os as _os
 from . import _native
 
 __all__ = [
-    "allocate", "check_config", "dump_snapshot", "dump_timeline", "empty_cache", "free",
-    "library_path", "record_stream", "reset_peak_stats", "snapshot", "stat_fields", "stats",
+    "allocate", "begin_allocate_to_pool", "check_config", "dump_snapshot", "dump_timeline",
+    "empty_cache", "end_allocate_to_pool", "exclusive_group", "exclusive_group_bytes",
+    "exclusive_pool_handle", "free", "graph_pool_handle", "library_path", "pool_stats",
+    "record_stream", "release_pool", "reset_peak_stats", "snapshot", "stat_fields", "stats",
 ]
 
 _MAX_DEVICES = 64
@@ -202,3 +204,101 @@ def dump_snapshot(filename="dump_snapshot.pickle", device=None):
 
 
 _dump_snapshot = dump_snapshot  # torch.cuda.memory's name for it
+
+
+# --- graph pools (docs/graphs.md) ----------------------------------------------
+# What a stream allocates while it captures a CUDA graph must come from a
+# graph pool, whose memory stays the graph's until the pool is released.
+# Pools are named by (first, second) tuples, as PyTorch names them
+# (torch.cuda.graph_pool_handle()); memlake.torch plugs these in for
+# torch.cuda.graph by itself.
+
+_filters = {}  # (device, pool) -> the ctypes callbacks of its open routes
+
+
+def _pool(function, pool):
+    if (not isinstance(pool, tuple) or len(pool) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in pool)):
+        raise TypeError("memlake.%s: pool must be a (first, second) tuple of ints, not %r"
+                        % (function, pool))
+    return _native.PoolId(*pool)
+
+
+def _ok(status):
+    if status != 0:
+        raise ValueError(_native.last_error())
+
+
+def graph_pool_handle(device=0):
+    """A new pool id, as a (first, second) tuple; the pool is made by its
+    first begin_allocate_to_pool()."""
+    out = _native.PoolId()
+    _ok(_native.load().memlake_graph_pool_handle(_device("graph_pool_handle", device),
+                                                 _ctypes.byref(out)))
+    return (out.first, out.second)
+
+
+def exclusive_group(device=0, check=False):
+    """A new exclusive group: its pools share physical memory, so their graphs
+    must never run at the same time."""
+    out = _ctypes.c_uint64()
+    _ok(_native.load().memlake_exclusive_group(_device("exclusive_group", device), int(check),
+                                               _ctypes.byref(out)))
+    return out.value
+
+
+def exclusive_pool_handle(group, device=0):
+    """A new pool id in `group` (exclusive_group())."""
+    out = _native.PoolId()
+    _ok(_native.load().memlake_exclusive_pool_handle(_device("exclusive_pool_handle", device),
+                                                     group, _ctypes.byref(out)))
+    return (out.first, out.second)
+
+
+def begin_allocate_to_pool(pool, device=0, streams=None):
+    """Allocations go to `pool` until end_allocate_to_pool(): from every
+    stream, or, with `streams` (a callable taking a stream as an int and
+    returning a bool), from those it accepts. It is called with memlake's
+    lock held and must not call memlake."""
+    device = _device("begin_allocate_to_pool", device)
+    if streams is not None and not callable(streams):
+        raise TypeError("memlake.begin_allocate_to_pool: streams must be callable or None")
+    accept = streams or (lambda stream: True)
+    callback = _native.STREAM_FILTER(lambda context, stream: 1 if accept(stream or 0) else 0)
+    _ok(_native.load().memlake_begin_allocate_to_pool(
+        device, _pool("begin_allocate_to_pool", pool), callback, None))
+    _filters.setdefault((device, pool), []).append(callback)
+
+
+def end_allocate_to_pool(pool, device=0):
+    device = _device("end_allocate_to_pool", device)
+    _ok(_native.load().memlake_end_allocate_to_pool(device, _pool("end_allocate_to_pool", pool)))
+    routes = _filters.get((device, pool))
+    if routes:
+        routes.pop(0)
+
+
+def release_pool(pool, device=0):
+    """One user of the pool is done; the last one frees it (once none of its
+    blocks is live)."""
+    _ok(_native.load().memlake_release_pool(_device("release_pool", device),
+                                            _pool("release_pool", pool)))
+
+
+def pool_stats(pool, device=0):
+    """The pool's group, reserved/mapped/live/retired bytes, live blocks,
+    allocations, users, and whether it is allocated to or released."""
+    out = _native.PoolStats()
+    _ok(_native.load().memlake_get_pool_stats(_device("pool_stats", device),
+                                              _pool("pool_stats", pool), _ctypes.byref(out)))
+    return {name: (bool(getattr(out, name)) if name in ("allocating", "released")
+                   else getattr(out, name))
+            for name, _ in out._fields_ if name != "reserved_"}
+
+
+def exclusive_group_bytes(group, device=0):
+    """Physical bytes the chunks of an exclusive group take."""
+    out = _ctypes.c_uint64()
+    _ok(_native.load().memlake_exclusive_group_bytes(_device("exclusive_group_bytes", device),
+                                                     group, _ctypes.byref(out)))
+    return out.value

@@ -27,6 +27,23 @@ def candidates():
     return places
 
 
+class PoolId(ctypes.Structure):
+    """memlake_pool_id: PyTorch's MempoolId_t."""
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+class PoolStats(ctypes.Structure):
+    """memlake_pool_stats."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "group", "reserved_bytes", "mapped_bytes", "live_bytes", "live_blocks", "retired_bytes",
+        "allocations")] + [(name, ctypes.c_int32) for name in (
+            "users", "allocating", "released", "reserved_")]
+
+
+# memlake_stream_filter: int (*)(void* context, void* stream).
+STREAM_FILTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
 def _declare(lib):
     c = ctypes
     signatures = {
@@ -45,6 +62,14 @@ def _declare(lib):
         "memlake_options_print": (None, []),
         "memlake_timeline_dump": (c.c_int, [c.c_int, c.c_char_p]),
         "memlake_memory_snapshot_json": (c.c_int, [c.c_int, c.c_char_p, c.c_size_t]),
+        "memlake_graph_pool_handle": (c.c_int, [c.c_int, c.POINTER(PoolId)]),
+        "memlake_exclusive_group": (c.c_int, [c.c_int, c.c_int, c.POINTER(c.c_uint64)]),
+        "memlake_exclusive_pool_handle": (c.c_int, [c.c_int, c.c_uint64, c.POINTER(PoolId)]),
+        "memlake_begin_allocate_to_pool": (c.c_int, [c.c_int, PoolId, STREAM_FILTER, c.c_void_p]),
+        "memlake_end_allocate_to_pool": (c.c_int, [c.c_int, PoolId]),
+        "memlake_release_pool": (c.c_int, [c.c_int, PoolId]),
+        "memlake_get_pool_stats": (c.c_int, [c.c_int, PoolId, c.POINTER(PoolStats)]),
+        "memlake_exclusive_group_bytes": (c.c_int, [c.c_int, c.c_uint64, c.POINTER(c.c_uint64)]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

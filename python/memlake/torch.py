@@ -7,10 +7,13 @@
 
 enable() installs libmemlake.so as PyTorch's CUDA allocator through
 torch.cuda.memory.CUDAPluggableAllocator, with memlake's hooks for
-Tensor.record_stream, torch.cuda.empty_cache and
+Tensor.record_stream, torch.cuda.empty_cache,
 torch.cuda.set_per_process_memory_fraction (before the device's first
-allocation). An allocation memlake cannot serve raises RuntimeError with
-memlake's out-of-memory report (requested, live, reserved, largest free
+allocation) and CUDA graph pools (torch.cuda.graph, with or without a shared
+pool=, and torch.cuda.make_graphed_callables: docs/graphs.md; not
+torch.compile(mode="reduce-overhead"), which needs allocator calls the
+pluggable interface refuses). An allocation memlake cannot serve raises
+RuntimeError with memlake's out-of-memory report (requested, live, reserved, largest free
 block, capacity), and the allocator stays usable: PyTorch turns every error
 of a pluggable allocator into RuntimeError. Code that catches
 torch.OutOfMemoryError runs its block under oom_errors(), which raises that
@@ -30,6 +33,7 @@ MEMLAKE_ENABLE=1 in its environment (memlake/_startup.py).
 """
 
 import os
+import warnings
 
 try:
     import torch
@@ -49,10 +53,10 @@ from . import stats as _stats
 from .torch_stats import memory_stats_from, memory_summary_from
 
 __all__ = [
-    "OutOfMemoryError", "dump_timeline", "enable", "is_enabled", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
-    "memory_summary", "oom_errors", "reset_peak_memory_stats", "snapshot", "stats",
-    "torch_oom_error",
+    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "is_enabled",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "memory_summary", "oom_errors", "replay", "reset_peak_memory_stats",
+    "snapshot", "stats", "torch_oom_error",
 ]
 
 _allocator = None
@@ -92,6 +96,7 @@ def enable(conf=None, library=None):
     hooks.set_record_stream_fn(_native.function_address("memlake_torch_record_stream"))
     hooks.set_reset_fn(_native.function_address("memlake_torch_empty_cache"))
     hooks.set_memory_fraction_fn(_native.function_address("memlake_torch_set_memory_fraction"))
+    _set_graph_hooks(hooks)
     try:
         torch.cuda.memory.change_current_allocator(pluggable)
     except RuntimeError as e:
@@ -100,6 +105,61 @@ def enable(conf=None, library=None):
             "and before torch.cuda.set_device() (PyTorch: %s)" % e) from None
     _allocator = pluggable
     return pluggable
+
+
+# PyTorch's graph-pool hooks (2.3 and later), and memlake's functions for
+# them: C++ functions with the exact types PyTorch casts the addresses to.
+_GRAPH_HOOKS = (
+    ("set_begin_allocate_to_pool", "memlake_torch_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "memlake_torch_end_allocate_to_pool"),
+    ("set_release_pool", "memlake_torch_release_pool"),
+)
+
+
+def _set_graph_hooks(hooks):
+    if not all(hasattr(hooks, setter) for setter, _ in _GRAPH_HOOKS):
+        warnings.warn(
+            "memlake: this PyTorch has no graph-pool hooks for pluggable allocators (PyTorch 2.3 "
+            "adds them): with memlake enabled, do not capture CUDA graphs (torch.cuda.graph)",
+            RuntimeWarning, stacklevel=3)
+        return
+    for setter, function in _GRAPH_HOOKS:
+        getattr(hooks, setter)(_native.function_address(function))
+
+
+def exclusive_pool_handles(n, device=None, check=False):
+    """n graph pool handles for torch.cuda.graph(..., pool=h) whose pools share
+    physical memory: the graphs captured into them must never run at the same
+    time (replay() orders them). With check, memlake counts overlaps it sees
+    (graph_exclusive_overlaps) in graphs captured by memlake itself."""
+    from . import exclusive_group, exclusive_pool_handle
+    index = _device_index(device)
+    group = exclusive_group(index, check)
+    return [exclusive_pool_handle(group, index) for _ in range(n)]
+
+
+_last_replay = {}  # exclusive group -> torch.cuda.Event recorded after its last replay
+
+
+def replay(graph, pool, device=None):
+    """graph.replay() on the current stream, after the previous replay() of
+    any graph of `pool`'s exclusive group has finished (a GPU-side wait, never
+    a host one). Graphs of one group replayed only through this function never
+    run at the same time, whatever streams they replay on."""
+    from . import pool_stats
+    index = _device_index(device)
+    group = pool_stats(pool, index)["group"]
+    if group == 0:
+        graph.replay()
+        return
+    stream = torch.cuda.current_stream(index)
+    last = _last_replay.get(group)
+    if last is not None:
+        stream.wait_event(last)
+    graph.replay()
+    done = torch.cuda.Event()
+    done.record(stream)
+    _last_replay[group] = done
 
 
 def _device_index(device):

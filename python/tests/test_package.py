@@ -161,6 +161,60 @@ class AllocateAndFree(unittest.TestCase):
         self.assertIn("device 64", str(e.exception))
 
 
+class GraphPools(unittest.TestCase):
+    """Pools through the C API; the captures themselves are the C++ suites'
+    (a pool here routes allocations the way torch.cuda.MemPool does)."""
+
+    def test_a_pool_takes_what_its_streams_allocate_and_is_released(self):
+        device = 8
+        pool = memlake.graph_pool_handle(device)
+        asked = []
+        memlake.begin_allocate_to_pool(pool, device,
+                                       streams=lambda stream: asked.append(stream) or True)
+        p = memlake.allocate(3 * MiB, device=device)
+        ctypes.memset(p, 0x5A, 3 * MiB)
+        self.assertEqual(asked, [0])
+        s = memlake.pool_stats(pool, device)
+        self.assertEqual(s["live_blocks"], 1)
+        self.assertTrue(s["allocating"])
+        self.assertGreaterEqual(s["reserved_bytes"], 3 * MiB)
+        self.assertEqual(memlake.stats(device)["graph_allocs"], 1)
+        self.assertEqual(ctypes.string_at(p, 3 * MiB), b"\x5a" * (3 * MiB))
+        memlake.free(p, 3 * MiB, device=device)
+        memlake.end_allocate_to_pool(pool, device)
+        q = memlake.allocate(MiB, device=device)  # no route open: the lake's
+        self.assertEqual(memlake.pool_stats(pool, device)["live_blocks"], 0)
+        memlake.free(q, MiB, device=device)
+        memlake.release_pool(pool, device)
+        self.assertEqual(memlake.stats(device)["graph_pools"]["current"], 0)
+        with self.assertRaises(ValueError) as e:
+            memlake.release_pool(pool, device)
+        self.assertIn("released already", str(e.exception))
+
+    def test_pools_of_an_exclusive_group_share_their_memory(self):
+        device = 9
+        group = memlake.exclusive_group(device)
+        pools = [memlake.exclusive_pool_handle(group, device) for _ in range(3)]
+        for i, pool in enumerate(pools):
+            memlake.begin_allocate_to_pool(pool, device)
+            p = memlake.allocate((4 + 2 * i) * MiB, device=device)
+            memlake.free(p, device=device)
+            memlake.end_allocate_to_pool(pool, device)
+        largest = max(memlake.pool_stats(pool, device)["reserved_bytes"] for pool in pools)
+        self.assertEqual(memlake.exclusive_group_bytes(group, device), largest)
+        for pool in pools:
+            memlake.release_pool(pool, device)
+        self.assertEqual(memlake.exclusive_group_bytes(group, device), 0)
+
+    def test_misuse_is_a_value_error_naming_it(self):
+        pool = memlake.graph_pool_handle(10)
+        with self.assertRaises(ValueError) as e:
+            memlake.end_allocate_to_pool(pool, 10)
+        self.assertIn("end without begin", str(e.exception))
+        with self.assertRaises(TypeError):
+            memlake.begin_allocate_to_pool("pool", 10)
+
+
 class StatFields(unittest.TestCase):
     def test_fields_come_from_the_library_and_match_the_stats(self):
         fields = memlake.stat_fields()

@@ -27,6 +27,8 @@ PROGRAM = textwrap.dedent("""
     if a is not None:
         hooks = a.allocator()
         print("hooks", all((hooks.record_stream_fn, hooks.reset_fn, hooks.memory_fraction_fn)))
+        print("graph hooks", all((hooks.begin_allocate_to_pool_fn, hooks.end_allocate_to_pool_fn,
+                                  hooks.release_pool_fn)))
     print("argv", sys.argv)
     print("name", __name__)
 """)
@@ -50,6 +52,7 @@ class Switch(unittest.TestCase):
         self.assertIn("plugged memlake_torch_malloc", r.stdout)
         self.assertIn("libmemlake.so", r.stdout)
         self.assertIn("hooks True", r.stdout)
+        self.assertIn("graph hooks True", r.stdout)
         self.assertIn("argv %r" % (argv,), r.stdout)
         self.assertIn("name __main__", r.stdout)
 

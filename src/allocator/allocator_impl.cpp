@@ -56,14 +56,17 @@ lake::LakeOptions lake_options(const Config& c, const Backend& b) {
 
 AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> backend)
     : config_(validated(config)),
-      host_oom_("memlake: the host's heap ran out inside the allocator (std::bad_alloc); the "
-                "request was not served",
-                0),
+      host_oom_(
+          "memlake: the host's heap ran out inside the allocator (std::bad_alloc); the "
+          "request was not served",
+          0),
       backend_(wrap_counting(std::move(backend), &counting_)),
       profilers_(Profilers::install(config_, capacity_of(config_, *counting_), observers_)),
       pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_, refusal_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_, refusal_),
       order_(*backend_, stats_, observers_),
+      graphs_(*backend_, pool_, lake_, order_, stats_, observers_, lake_options(config_, *backend_),
+              config_.on_misuse),
       worker_(mutex_, lake_, stats_, observers_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
@@ -86,6 +89,8 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   CriticalPathScope critical;
   ScopedNanos timed(stats_.allocate_ns);
   StreamOrder::CallScope call(order_);
+  if (MEMLAKE_UNLIKELY(graphs_.routing()))
+    if (void* p = graphs_.allocate(bytes, stream)) return p;
   const std::uint64_t history = history_.push(bytes);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
@@ -152,7 +157,10 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   CriticalPathScope critical;
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
-  if (MEMLAKE_UNLIKELY(it == live_.end())) misuse(bad_pointer(key));
+  if (MEMLAKE_UNLIKELY(it == live_.end())) {
+    if (graphs_.deallocate(key, bytes, stream)) return;
+    misuse(bad_pointer(key));
+  }
   if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "size mismatch freeing %p: %zu bytes given, the block has %zu",
@@ -183,7 +191,10 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
 void AllocatorImpl::record_stream(void* ptr, Stream stream) {
   std::lock_guard lock(mutex_);
   auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
-  if (it == live_.end()) misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  if (it == live_.end()) {
+    if (graphs_.record_stream(reinterpret_cast<DevicePtr>(ptr), stream)) return;
+    misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  }
   if (!order_.admit(stream)) misuse("record_stream: unknown stream");
   LiveBlock& b = it->second;
   if (stream != b.stream &&
@@ -202,18 +213,22 @@ void AllocatorImpl::empty_cache() {
   order_.record_open_fences();
   lake_.fences_completed(order_.completed());
   lake_.reclaim();
+  graphs_.release_pending();
 }
 
 bool AllocatorImpl::owns(const void* ptr) const {
   std::lock_guard lock(mutex_);
-  return live_.count(reinterpret_cast<DevicePtr>(ptr)) != 0;
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  return live_.count(key) != 0 || graphs_.requested_size(key).has_value();
 }
 
 std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
-  if (it == live_.end()) misuse(bad_pointer(reinterpret_cast<DevicePtr>(ptr)), /*counts=*/false);
-  return it->second.requested;
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  auto it = live_.find(key);
+  if (it != live_.end()) return it->second.requested;
+  if (auto pooled = graphs_.requested_size(key)) return *pooled;
+  misuse(bad_pointer(key), /*counts=*/false);
 }
 
 std::vector<std::pair<DevicePtr, std::size_t>> AllocatorImpl::aliases(const void* ptr) const {

@@ -10,6 +10,10 @@
 // freed under another stream's fence makes the caller's stream wait for it,
 // GPU-side (never the host).
 // deallocate: the block goes to the lake at once, under its stream's fence.
+//
+// Graph pools (graph/): while a pool is being allocated to, allocate asks
+// the pools first (one predictable branch otherwise); a pointer the caller
+// frees or records that is not a live lake block may be a pool's.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +29,7 @@
 #include "backend/backend.hpp"
 #include "common/node_pool.hpp"
 #include "common/observer_list.hpp"
+#include "graph/graph_pools.hpp"
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/errors.hpp"
@@ -71,6 +76,13 @@ class AllocatorImpl {
   lake::Lake& lake() { return lake_; }
   // nullptr when no profiling option is on.
   const Profilers* profilers() const { return profilers_.get(); }
+  // The graph pools, for `body(graphs)` under the allocator's lock
+  // (graph/api.cpp).
+  template <class F>
+  decltype(auto) with_graphs(F&& body) {
+    std::lock_guard lock(mutex_);
+    return body(graphs_);
+  }
 
  private:
   struct LiveBlock {
@@ -108,7 +120,8 @@ class AllocatorImpl {
   lake::ChunkPool pool_;   // before the lake, which takes its chunks
   lake::Lake lake_;
   StreamOrder order_;
-  NodePool live_nodes_;  // live_'s nodes: one comes and goes per malloc and free
+  graph::GraphPools graphs_;  // before the lake and pool go: it holds their chunks
+  NodePool live_nodes_;       // live_'s nodes: one comes and goes per malloc and free
   using LiveMap =
       std::unordered_map<DevicePtr, LiveBlock, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
                          PoolAllocator<std::pair<const DevicePtr, LiveBlock>>>;

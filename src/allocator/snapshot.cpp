@@ -20,7 +20,7 @@ Stats AllocatorImpl::stats() const {
   s.host_waits.current = static_cast<std::int64_t>(counting_->host_waits());
   s.critical_path_vmm_ns.current = static_cast<std::int64_t>(counting_->critical_path_vmm_ns());
   s.critical_path_event_ns.current = static_cast<std::int64_t>(counting_->critical_path_event_ns());
-    s.worker_vmm_ns.current = static_cast<std::int64_t>(counting_->worker_vmm_ns());
+  s.worker_vmm_ns.current = static_cast<std::int64_t>(counting_->worker_vmm_ns());
   s.backend_refusals.current = refusal_.count;
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
@@ -46,6 +46,7 @@ std::string AllocatorImpl::check_invariants() const {
     err += "live bytes disagree with the stats; ";
   if (live != lake_.allocated_bytes())
     err += "live bytes disagree with the lake's allocated bytes; ";
+  err += graphs_.check_invariants();
   return err;
 }
 

@@ -62,6 +62,34 @@ const char* vmm_op_name(VmmOp op) {
   return "unknown_op";
 }
 
+// A backend captures only where it says it does.
+Status Backend::stream_begin_capture(StreamHandle) {
+  return detail::fail(Status::not_supported, "%s: graph capture is not supported", name());
+}
+Status Backend::stream_end_capture(StreamHandle, GraphHandle* graph) {
+  if (graph != nullptr) *graph = nullptr;
+  return detail::fail(Status::not_supported, "%s: graph capture is not supported", name());
+}
+Status Backend::graph_launch(GraphHandle, StreamHandle) {
+  return detail::fail(Status::not_supported, "%s: graphs are not supported", name());
+}
+Status Backend::graph_destroy(GraphHandle) {
+  return detail::fail(Status::not_supported, "%s: graphs are not supported", name());
+}
+Status Backend::stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) {
+  if (state == nullptr || id == nullptr)
+    return detail::fail(Status::invalid_argument, "%s: stream_capture_info: null output pointer",
+                        name());
+  *id = 0;
+  bool capturing = false;
+  const Status s = stream_is_capturing(stream, &capturing);
+  *state = capturing ? CaptureState::active : CaptureState::none;
+  return s;
+}
+Status Backend::device_synchronize() {
+  return detail::fail(Status::not_supported, "%s: device_synchronize is not supported", name());
+}
+
 namespace detail {
 namespace {
 

@@ -14,6 +14,18 @@
 //    is returned once the last mapping is gone (as cuMemRelease does).
 //  - Stream work is ordered per stream. event_record() marks the current tail
 //    of a stream; event_query() says whether everything before it has run.
+//  - Graph capture (CUDA's stream capture in its default, global mode): while
+//    a stream captures, the work enqueued on it, and on every stream that
+//    joins by waiting on an event recorded in the capture, is recorded into a
+//    graph instead of run; stream_end_capture() on the stream that began it
+//    gives a graph that graph_launch() runs, in order, as often as asked.
+//    During a capture the backend refuses what CUDA refuses (docs/graphs.md
+//    lists it): synchronizing or querying a capturing stream or an event
+//    recorded in a capture, waiting from a capturing stream on an event
+//    recorded outside it, and, from any thread while any capture is under
+//    way, event queries and synchronizations, which CUDA calls potentially
+//    unsafe. A refused call invalidates the capture: its end then fails and
+//    gives no graph. VMM calls stay legal during a capture.
 //
 // Functions return Status and never throw, not even when the process runs out
 // of heap for the backend's own tables (out_of_host_memory). On failure,
@@ -81,6 +93,14 @@ using ChunkHandle = std::uint64_t;  // one physical allocation
 using StreamHandle = void*;         // nullptr is the default stream
 using EventHandle = void*;
 using HostFn = void (*)(void* user);  // work enqueued on a stream
+// A captured graph, ready to launch (a cudaGraphExec_t on CUDA).
+using GraphHandle = void*;
+// A stream's part in a graph capture (cudaStreamCaptureStatus).
+enum class CaptureState : int {
+  none,         // not capturing
+  active,       // capturing
+  invalidated,  // capturing, but the capture will fail: it ends with no graph
+};
 
 // What kind of VMM call, for counters, latency simulation and fault injection
 // (export_chunk and import_chunk count as VMM calls: they make or take a
@@ -168,6 +188,27 @@ class Backend {
   // tools and shutdown only.
   virtual Status stream_synchronize(StreamHandle stream) = 0;
   virtual Status stream_is_capturing(StreamHandle stream, bool* capturing) = 0;
+
+  // --- graph capture (see the contract above) --------------------------------
+  // The defaults say not_supported: a backend captures only where it says so.
+  // Begins capturing `stream` in global mode (the default stream cannot be
+  // captured).
+  virtual Status stream_begin_capture(StreamHandle stream);
+  // Ends the capture begun on `stream`: *graph is the launchable graph, or
+  // null with an error when the capture was invalidated (last_error() says
+  // by what) or a stream that joined it did not rejoin `stream`. Every
+  // stream of the capture stops capturing either way.
+  virtual Status stream_end_capture(StreamHandle stream, GraphHandle* graph);
+  // Enqueues the graph's work on `stream`, in the order it was captured.
+  virtual Status graph_launch(GraphHandle graph, StreamHandle stream);
+  // A graph still running finishes first, as cudaGraphExecDestroy does.
+  virtual Status graph_destroy(GraphHandle graph);
+  // Whether `stream` takes part in a capture, and whether that capture is
+  // still valid, with its id: unique in the process, 0 unless active.
+  virtual Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id);
+  // Blocks until every stream's work so far has run (cudaDeviceSynchronize);
+  // refused while a capture is under way.
+  virtual Status device_synchronize();
 
   // An empty string where the heap cannot hold a copy of the message.
   virtual std::string last_error() const = 0;

@@ -60,6 +60,9 @@ bool StreamOrder::admit(StreamHandle stream) {
   if (streams_.count(stream)) return true;
   bool capturing = false;
   if (backend_.stream_is_capturing(stream, &capturing) != Status::ok) return false;
+  // A capturing stream may not wait on events recorded outside its capture:
+  // it is admitted once the capture is over.
+  if (capturing) return true;
   // Memory freed before this stream was seen may still be in use by work
   // queued on the streams that freed it.
   record_open_fences();
@@ -144,6 +147,8 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
 }
 
 void StreamOrder::drop_completed_fences() {
+  // A query now could invalidate a capture under way (stream_order.hpp).
+  if (captures_underway_) return;
   // Once a stream's fence is found incomplete, its later ones are not asked:
   // each call queries about one fence per stream, however many a GPU that
   // runs behind has in flight.

@@ -15,8 +15,14 @@
 // time it is seen (admit).
 //
 // Events recorded while a stream is capturing a CUDA graph belong to the
-// graph, so a capturing stream's fence stays open until its capture ends.
-// Not thread-safe: the allocator holds its lock.
+// graph, so a capturing stream's fence stays open until its capture ends
+// (record_stream's uses included: their fences are recorded once the
+// capture is over). A capturing stream is not admitted: it may not wait on
+// events recorded outside its capture; it is admitted at its first use after
+// the capture. While graph pools are being allocated to (captures under
+// way, graph/), no event is queried: in CUDA's global capture mode a query
+// from any thread invalidates the capture; fences count as incomplete until
+// the captures end. Not thread-safe: the allocator holds its lock.
 #pragma once
 
 #include <cstddef>
@@ -72,6 +78,9 @@ class StreamOrder {
   // Drops the stream; its fences still complete by their events, and a
   // later stream given the same handle waits on them.
   void forget(StreamHandle stream);
+  // Whether captures are under way (graph pools being allocated to): no
+  // event is queried meanwhile.
+  void set_captures_underway(bool underway) { captures_underway_ = underway; }
 
   // One allocation: a stream whose fence was found incomplete in it is not
   // asked again until it ends (events on a stream complete in order).
@@ -131,6 +140,7 @@ class StreamOrder {
   std::uint64_t last_fence_ = 0;
   std::uint64_t records_ = 0;  // events recorded so far
   int call_depth_ = 0;         // CallScopes open
+  bool captures_underway_ = false;
   // In a CallScope: streams with an event found incomplete, and its record.
   std::vector<std::pair<StreamHandle, std::uint64_t>> behind_;
 };

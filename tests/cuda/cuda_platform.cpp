@@ -8,9 +8,14 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "suites/device_work.hpp"
 #include "suites/platform.hpp"
 
 namespace memlake::test {
+
+#if defined(MEMLAKE_TEST_KERNELS)
+DeviceWork* cuda_work();  // cuda_work.cu
+#endif
 
 namespace {
 
@@ -27,6 +32,14 @@ class CudaPlatform final : public Platform {
     expected(host.data(), n, seed);
     if (cudaMemcpy(p, host.data(), n, cudaMemcpyHostToDevice) != cudaSuccess) std::abort();
   }
+  void read(const void* p, void* out, std::size_t n) override {
+    if (cudaMemcpy(out, p, n, cudaMemcpyDeviceToHost) != cudaSuccess) std::abort();
+  }
+#if defined(MEMLAKE_TEST_KERNELS)
+  DeviceWork* work() override {
+    return cuda_work();
+  }
+#endif
   bool check(const void* p, std::size_t n, std::uint32_t seed) override {
     std::vector<unsigned char> want(n), got(n);
     expected(want.data(), n, seed);

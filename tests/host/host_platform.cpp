@@ -1,11 +1,13 @@
 // The HostBackend platform for the shared suites: device memory is host
-// memory, so bytes are written and checked in place.
+// memory, so bytes are written and checked in place, and device work is host
+// functions (host_work.hpp).
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/adaptors/backend_adaptor.hpp"
 #include "backend/host/host_backend.hpp"
+#include "host/host_work.hpp"
 #include "suites/platform.hpp"
 
 namespace memlake::test {
@@ -41,6 +43,8 @@ class HostPlatform final : public Platform {
       if (bytes[i] != static_cast<unsigned char>(seed + i)) return false;
     return true;
   }
+  void read(const void* p, void* out, std::size_t n) override { std::memcpy(out, p, n); }
+  DeviceWork* work() override { return &work_; }
   std::string leftovers(const Backend& b) const override {
     const Backend* inner = &b;
     while (const auto* adaptor = dynamic_cast<const BackendAdaptor*>(inner))
@@ -58,6 +62,9 @@ class HostPlatform final : public Platform {
   }
   // Each HostStream has a thread of its own.
   bool host_functions_run_concurrently() const override { return true; }
+
+ private:
+  HostWork work_;
 };
 
 }  // namespace

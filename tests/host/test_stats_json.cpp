@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "memlake/stats.hpp"
 #include "common/stat_update.hpp"
+#include "memlake/stats.hpp"
 
 namespace memlake {
 namespace {
@@ -41,20 +41,20 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 54u);
+  ASSERT_EQ(f.size(), 61u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
-  EXPECT_EQ(f.back().name, "misuse_errors");
+  EXPECT_EQ(f.back().name, "graph_exclusive_overlaps");
   EXPECT_FALSE(f.back().gauge);
 }
 
 TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
   const std::string json = Stats{}.to_json();
   const std::string prefix =
-      "{\"version\":4,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
+      "{\"version\":5,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
       "0,\"peak\":0},";
   EXPECT_EQ(json.substr(0, prefix.size()), prefix);
-  const std::string suffix = ",\"worker_vmm_ns\":0,\"misuse_errors\":0}";
+  const std::string suffix = ",\"graph_captures_abandoned\":0,\"graph_exclusive_overlaps\":0}";
   ASSERT_GE(json.size(), suffix.size());
   EXPECT_EQ(json.substr(json.size() - suffix.size()), suffix);
 }
@@ -62,7 +62,7 @@ TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
 TEST(StatsJson, EveryFieldWithItsValueInOrder) {
   const std::string json = numbered().to_json();
   const std::vector<FieldInfo> f = fields();
-  std::string expected = "{\"version\":4";
+  std::string expected = "{\"version\":5";
   for (std::size_t i = 0; i < f.size(); ++i) {
     const std::string current = std::to_string(1000 + i);
     const std::string peak = std::to_string(2000 + i);

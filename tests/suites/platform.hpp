@@ -14,6 +14,8 @@
 
 namespace memlake::test {
 
+class DeviceWork;  // device_work.hpp
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -25,6 +27,12 @@ class Platform {
   virtual void fill(void* p, std::size_t n, std::uint32_t seed) = 0;
   // True when [p, p+n) holds the pattern of `seed`.
   virtual bool check(const void* p, std::size_t n, std::uint32_t seed) = 0;
+  // Copies n bytes of device memory at `p` to `out` (waiting for nothing:
+  // synchronize the streams that write it first).
+  virtual void read(const void* p, void* out, std::size_t n) = 0;
+  // Work to enqueue on streams for the graph suites; nullptr where the
+  // platform has none (a CUDA build without nvcc), and those tests skip.
+  virtual DeviceWork* work() { return nullptr; }
   // What a backend of this platform (under any adaptors) still holds:
   // chunks, mappings, reservations, as text; "" when it holds nothing or
   // when the platform cannot tell.

@@ -2,9 +2,10 @@
 # gpu_torch.sh: memlake under PyTorch on the GPU. Builds libmemlake.so
 # (Release, ninja), runs python/tests/test_torch_gpu.py (memlake.torch.enable()
 # in child processes: data, OOM, record_stream, empty_cache, memory fraction,
-# errors), then samples/pytorch_training/train.py --compare for each model:
-# the same training under PyTorch's caching allocator, its expandable
-# segments and memlake, losses and peak reserved side by side.
+# errors) and python/tests/test_torch_graphs.py (CUDA graphs), then
+# samples/pytorch_training/train.py --compare for each model: the same
+# training under PyTorch's caching allocator, its expandable segments and
+# memlake, losses and peak reserved side by side.
 # Logs go to $OUT (default ./out): torch-summary.txt, torch-build.log,
 # torch-tests.log, training.log.
 set -u -o pipefail
@@ -34,6 +35,10 @@ export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
 note "== memlake.torch tests"
 step torch-tests 240 "$OUT/torch-tests.log" python3 python/tests/test_torch_gpu.py -v
 grep -E "^(test_|Ran|OK|FAILED)|Error|assert" "$OUT/torch-tests.log" | head -n 40 | tee -a "$SUMMARY"
+
+note "== CUDA graphs under PyTorch"
+step torch-graphs 300 "$OUT/torch-graphs.log" python3 python/tests/test_torch_graphs.py -v
+grep -E "^(test_|Ran|OK|FAILED)|Error|assert|refused|shared" "$OUT/torch-graphs.log" | head -n 40 | tee -a "$SUMMARY"
 
 note "== training beside PyTorch's allocators"
 for model in ${MEMLAKE_TORCH_MODELS:-gpt2-recompute llama-lora}; do

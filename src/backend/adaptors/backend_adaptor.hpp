@@ -70,6 +70,20 @@ class BackendAdaptor : public Backend {
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override {
     return upstream_->stream_is_capturing(stream, capturing);
   }
+  Status stream_begin_capture(StreamHandle stream) override {
+    return upstream_->stream_begin_capture(stream);
+  }
+  Status stream_end_capture(StreamHandle stream, GraphHandle* graph) override {
+    return upstream_->stream_end_capture(stream, graph);
+  }
+  Status graph_launch(GraphHandle graph, StreamHandle stream) override {
+    return upstream_->graph_launch(graph, stream);
+  }
+  Status graph_destroy(GraphHandle graph) override { return upstream_->graph_destroy(graph); }
+  Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) override {
+    return upstream_->stream_capture_info(stream, state, id);
+  }
+  Status device_synchronize() override { return upstream_->device_synchronize(); }
 
   std::string last_error() const override { return upstream_->last_error(); }
 

@@ -139,6 +139,11 @@ Status CountingBackend::stream_synchronize(StreamHandle stream) {
   return upstream().stream_synchronize(stream);
 }
 
+Status CountingBackend::device_synchronize() {
+  if (CriticalPathScope::active()) host_waits_.fetch_add(1, std::memory_order_relaxed);
+  return upstream().device_synchronize();
+}
+
 void CountingBackend::reset() {
   for (auto* c : {&calls_, &critical_, &worker_}) {
     for (auto& v : *c) v.store(0, std::memory_order_relaxed);

@@ -90,9 +90,11 @@ class CountingBackend final : public BackendAdaptor {
   std::uint64_t critical_path_vmm_ns() const { return load(critical_vmm_ns_); }
   std::uint64_t worker_vmm_ns() const { return load(worker_vmm_ns_); }
   std::uint64_t critical_path_event_ns() const { return load(critical_event_ns_); }
-  // Host waits (stream_synchronize) made inside a CriticalPathScope: malloc
-  // and free must never block on the GPU, and this proves they did not.
+  // Host waits (stream_synchronize, device_synchronize) made inside a
+  // CriticalPathScope: malloc and free must never block on the GPU, and this
+  // proves they did not.
   Status stream_synchronize(StreamHandle stream) override;
+  Status device_synchronize() override;
   std::uint64_t host_waits() const { return host_waits_.load(std::memory_order_relaxed); }
   void reset();
 

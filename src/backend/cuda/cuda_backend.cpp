@@ -179,6 +179,28 @@ CUmemAllocationProp chunk_prop(int device, bool shareable) {
   return prop;
 }
 
+// The calling thread's stream capture mode is relaxed for the guard's
+// lifetime (cudaThreadExchangeStreamCaptureMode, push and pop). Made after
+// the backend's context is current, so the runtime binds no other.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      cudaGetLastError();
+      swapped_ = false;
+    }
+  }
+  ~RelaxedCaptureMode() {
+    if (swapped_) cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool swapped_ = true;
+};
+
 }  // namespace
 
 // Makes the backend's primary context current for one request and restores
@@ -237,6 +259,15 @@ class CudaBackend::ContextGuard {
 #define MEMLAKE_CUDA_GUARD()         \
   ContextGuard context_guard(*this); \
   if (context_guard.status() != Status::ok) return context_guard.status()
+
+// VMM calls, and creating or destroying streams and events, while any stream
+// captures a graph: legal, but the runtime's global capture mode refuses
+// calls it counts as potentially unsafe (cudaMalloc, for one) from every
+// thread. They run in relaxed mode, which keeps refusing what truly
+// conflicts with a capture (queries and synchronizations of captured work).
+#define MEMLAKE_CUDA_VMM_GUARD() \
+  MEMLAKE_CUDA_GUARD();          \
+  RelaxedCaptureMode relaxed
 
 int CudaBackend::device_count() {
   static const int count = [] {
@@ -399,7 +430,7 @@ Status CudaBackend::reserve(std::size_t size, DevicePtr* va) {
                 "cuda: reserve(size=%zu): size must be a positive multiple of the granularity %zu",
                 size, granularity_);
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   CUdeviceptr p = 0;
   const CUresult r = g_driver.cuMemAddressReserve(&p, size, granularity_, 0, 0);
   if (r != CUDA_SUCCESS) {
@@ -412,7 +443,7 @@ Status CudaBackend::reserve(std::size_t size, DevicePtr* va) {
 }
 
 Status CudaBackend::unreserve(DevicePtr va, std::size_t size) {
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   const CUresult r = g_driver.cuMemAddressFree(static_cast<CUdeviceptr>(va), size);
   if (r != CUDA_SUCCESS) {
     return fail(cu_status(r), "cuda: cuMemAddressFree(va=%#llx, size=%zu) failed: %s", ull(va),
@@ -447,6 +478,7 @@ Status CudaBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
   Status guard_status;
   {
     ContextGuard guard(*this);
+    RelaxedCaptureMode relaxed;
     guard_status = guard.status();
     if (guard_status == Status::ok) {
       const CUmemAllocationProp prop = chunk_prop(device_, shareable_);
@@ -469,6 +501,7 @@ Status CudaBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
     // Untracked, the handle could never be released: give it back now.
     physical_bytes_ -= size;
     ContextGuard guard(*this);
+    RelaxedCaptureMode relaxed;
     if (guard.status() == Status::ok) g_driver.cuMemRelease(handle);
     return fail(Status::out_of_host_memory,
                 "cuda: create_chunk(size=%zu): out of host memory for the chunk table", size);
@@ -493,7 +526,7 @@ Status CudaBackend::export_chunk(ChunkHandle chunk, int* fd) {
                   ull(chunk));
     }
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   int out = -1;
   errno = 0;
   const CUresult r =
@@ -518,7 +551,7 @@ Status CudaBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
                 "granularity %zu",
                 fd, size, granularity_);
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   CUmemGenericAllocationHandle handle = 0;
   errno = 0;
   const CUresult r = g_driver.cuMemImportFromShareableHandle(
@@ -563,6 +596,7 @@ Status CudaBackend::release_chunk(ChunkHandle chunk) {
   Status guard_status;
   {
     ContextGuard guard(*this);
+    RelaxedCaptureMode relaxed;
     guard_status = guard.status();
     if (guard_status == Status::ok) r = g_driver.cuMemRelease(chunk);
   }
@@ -601,7 +635,7 @@ Status CudaBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
                 "granularity %zu",
                 ull(va), size, ull(chunk), granularity_);
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   const CUresult r = g_driver.cuMemMap(static_cast<CUdeviceptr>(va), size, 0,
                                        static_cast<CUmemGenericAllocationHandle>(chunk), 0);
   if (r != CUDA_SUCCESS) {
@@ -612,7 +646,7 @@ Status CudaBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
 }
 
 Status CudaBackend::unmap(DevicePtr va, std::size_t size) {
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   const CUresult r = g_driver.cuMemUnmap(static_cast<CUdeviceptr>(va), size);
   if (r != CUDA_SUCCESS) {
     return fail(cu_status(r), "cuda: cuMemUnmap(va=%#llx, size=%zu) failed: %s", ull(va), size,
@@ -622,7 +656,7 @@ Status CudaBackend::unmap(DevicePtr va, std::size_t size) {
 }
 
 Status CudaBackend::set_access(DevicePtr va, std::size_t size) {
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   // The own device and every peer in one call: one pass over the handles.
   CUmemAccessDesc desc[65];
   std::memset(desc, 0, sizeof desc);
@@ -658,7 +692,7 @@ Status CudaBackend::stream_create(StreamHandle* stream) {
   if (stream == nullptr) {
     return fail(Status::invalid_argument, "cuda: stream_create: null output pointer");
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   cudaStream_t s = nullptr;
   const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) return rt_fail("cudaStreamCreateWithFlags", e);
@@ -671,7 +705,7 @@ Status CudaBackend::stream_destroy(StreamHandle stream) {
     return fail(Status::invalid_argument,
                 "cuda: stream_destroy: the default stream cannot be destroyed");
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   const cudaError_t e = cudaStreamDestroy(to_stream(stream));
   if (e != cudaSuccess) return rt_fail("cudaStreamDestroy", e);
   return Status::ok;
@@ -681,7 +715,7 @@ Status CudaBackend::event_create(EventHandle* event) {
   if (event == nullptr) {
     return fail(Status::invalid_argument, "cuda: event_create: null output pointer");
   }
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   cudaEvent_t ev = nullptr;
   const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   if (e != cudaSuccess) return rt_fail("cudaEventCreateWithFlags", e);
@@ -691,7 +725,7 @@ Status CudaBackend::event_create(EventHandle* event) {
 
 Status CudaBackend::event_destroy(EventHandle event) {
   if (event == nullptr) return fail(Status::invalid_argument, "cuda: event_destroy: null event");
-  MEMLAKE_CUDA_GUARD();
+  MEMLAKE_CUDA_VMM_GUARD();
   const cudaError_t e = cudaEventDestroy(to_event(event));
   if (e != cudaSuccess) return rt_fail("cudaEventDestroy", e);
   return Status::ok;
@@ -757,6 +791,96 @@ Status CudaBackend::stream_is_capturing(StreamHandle stream, bool* capturing) {
   // An invalidated capture is still a capture: the stream must not be
   // synchronized or queried until it ends.
   *capturing = status != cudaStreamCaptureStatusNone;
+  return Status::ok;
+}
+
+// --- graph capture --------------------------------------------------------------
+
+Status CudaBackend::stream_begin_capture(StreamHandle stream) {
+  MEMLAKE_CUDA_GUARD();
+  const cudaError_t e = cudaStreamBeginCapture(to_stream(stream), cudaStreamCaptureModeGlobal);
+  if (e != cudaSuccess) return rt_fail("cudaStreamBeginCapture", e);
+  return Status::ok;
+}
+
+// The captured graph is instantiated at once and dropped: a GraphHandle is
+// the executable graph.
+Status CudaBackend::stream_end_capture(StreamHandle stream, GraphHandle* graph) {
+  if (graph == nullptr) {
+    return fail(Status::invalid_argument, "cuda: stream_end_capture: null output pointer");
+  }
+  *graph = nullptr;
+  MEMLAKE_CUDA_GUARD();
+  cudaGraph_t captured = nullptr;
+  cudaError_t e = cudaStreamEndCapture(to_stream(stream), &captured);
+  if (e != cudaSuccess) return rt_fail("cudaStreamEndCapture", e);
+  if (captured == nullptr) {
+    return fail(Status::error,
+                "cuda: cudaStreamEndCapture gave no graph (the capture was "
+                "invalidated)");
+  }
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, captured, 0);
+  cudaGraphDestroy(captured);
+  if (e != cudaSuccess) return rt_fail("cudaGraphInstantiate", e);
+  *graph = exec;
+  return Status::ok;
+}
+
+Status CudaBackend::graph_launch(GraphHandle graph, StreamHandle stream) {
+  if (graph == nullptr) return fail(Status::invalid_argument, "cuda: graph_launch: null graph");
+  MEMLAKE_CUDA_GUARD();
+  const cudaError_t e = cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), to_stream(stream));
+  if (e != cudaSuccess) return rt_fail("cudaGraphLaunch", e);
+  return Status::ok;
+}
+
+Status CudaBackend::graph_destroy(GraphHandle graph) {
+  if (graph == nullptr) return fail(Status::invalid_argument, "cuda: graph_destroy: null graph");
+  MEMLAKE_CUDA_GUARD();
+  const cudaError_t e = cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  if (e != cudaSuccess) return rt_fail("cudaGraphExecDestroy", e);
+  return Status::ok;
+}
+
+Status CudaBackend::stream_capture_info(StreamHandle stream, CaptureState* state,
+                                        std::uint64_t* id) {
+  if (state == nullptr || id == nullptr) {
+    return fail(Status::invalid_argument, "cuda: stream_capture_info: null output pointer");
+  }
+  MEMLAKE_CUDA_GUARD();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture_id = 0;
+  const cudaError_t e = cudaStreamGetCaptureInfo(to_stream(stream), &status, &capture_id);
+  if (e == cudaErrorStreamCaptureImplicit) {
+    // The legacy default stream while a blocking stream captures: it cannot
+    // be used, as if it captured; it has no capture of its own.
+    cudaGetLastError();
+    *state = CaptureState::invalidated;
+    *id = 0;
+    return Status::ok;
+  }
+  if (e != cudaSuccess) return rt_fail("cudaStreamGetCaptureInfo", e);
+  switch (status) {
+    case cudaStreamCaptureStatusActive:
+      *state = CaptureState::active;
+      *id = static_cast<std::uint64_t>(capture_id);
+      break;
+    case cudaStreamCaptureStatusInvalidated:
+      *state = CaptureState::invalidated;
+      *id = 0;  // valid for an active capture only
+      break;
+    default:
+      *state = CaptureState::none;
+      *id = 0;
+  }
+  return Status::ok;
+}
+
+Status CudaBackend::device_synchronize() {
+  MEMLAKE_CUDA_GUARD();
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return rt_fail("cudaDeviceSynchronize", e);
   return Status::ok;
 }
 

@@ -2,7 +2,9 @@
 // through the driver's VMM calls (cuMemCreate, cuMemAddressReserve, cuMemMap,
 // cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree), reached via
 // cudaGetDriverEntryPointByVersion so that nothing links libcuda; streams and
-// events go through the static CUDA runtime.
+// events go through the static CUDA runtime, and so does graph capture
+// (cudaStreamBeginCapture in global mode, cudaStreamEndCapture, an
+// instantiated cudaGraphExec_t per GraphHandle).
 //
 // Every call runs with the backend's device primary context current and puts
 // the caller's context (and so its current device) back afterwards. The
@@ -79,6 +81,12 @@ class CudaBackend final : public Backend {
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override;
   Status stream_synchronize(StreamHandle stream) override;
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override;
+  Status stream_begin_capture(StreamHandle stream) override;
+  Status stream_end_capture(StreamHandle stream, GraphHandle* graph) override;
+  Status graph_launch(GraphHandle graph, StreamHandle stream) override;
+  Status graph_destroy(GraphHandle graph) override;
+  Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) override;
+  Status device_synchronize() override;
 
   std::string last_error() const override;
 

@@ -6,7 +6,10 @@
 // reserved range (MAP_FIXED|MAP_SHARED, so two mappings of one chunk show the
 // same bytes), set_access() makes mapped bytes readable and writable, and
 // unmap() turns the range back into an inaccessible reservation. Streams are
-// HostStream queues, each served by its own thread.
+// HostStream queues, each served by its own thread. A capturing stream
+// records its work into a host graph (host_capture.hpp) under CUDA's rules
+// of global-mode capture (backend.hpp; host_backend_capture.cpp refuses and
+// invalidates what CUDA does).
 //
 // Every handle, range and mapping is tracked in tables under one mutex, so a
 // wrong argument yields Status::invalid_argument and a message, never a
@@ -31,9 +34,11 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/host/host_arena.hpp"
+#include "backend/host/host_capture.hpp"
 
 namespace memlake {
 
@@ -96,6 +101,12 @@ class HostBackend final : public Backend {
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override;
   Status stream_synchronize(StreamHandle stream) override;
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override;
+  Status stream_begin_capture(StreamHandle stream) override;
+  Status stream_end_capture(StreamHandle stream, GraphHandle* graph) override;
+  Status graph_launch(GraphHandle graph, StreamHandle stream) override;
+  Status graph_destroy(GraphHandle graph) override;
+  Status stream_capture_info(StreamHandle stream, CaptureState* state, std::uint64_t* id) override;
+  Status device_synchronize() override;
 
   std::string last_error() const override;
 
@@ -126,6 +137,10 @@ class HostBackend final : public Backend {
   struct Event {
     std::shared_ptr<HostStream> stream;  // null until first recorded
     std::uint64_t seq = 0;
+    // Last recorded in a capture: that capture (kept after it ends) and the
+    // nodes the event covers.
+    std::shared_ptr<HostCapture> capture;
+    Frontier deps;
   };
 
   using ReservationMap = std::map<DevicePtr, std::size_t>;  // start -> size
@@ -157,6 +172,20 @@ class HostBackend final : public Backend {
   Status vm_failure(int err, const char* call, DevicePtr va, std::size_t size);
   // With stream_mutex_ held; creates the default stream on first use.
   std::shared_ptr<HostStream> find_stream(StreamHandle stream, const char* call);
+  // host_backend_capture.cpp, with stream_mutex_ held.
+  // The capture `s` takes part in, or nullptr.
+  HostCapture* capture_of(const HostStream* s) const;
+  // A call CUDA calls potentially unsafe (a query or synchronization) while
+  // a capture is under way: every capture is invalidated and the call
+  // refused. ok when no capture is under way.
+  Status refuse_if_capturing(const char* call);
+  // Refuses `call` on a stream of the capture `c`, invalidating it.
+  Status invalidate(HostCapture& c, const char* call, const char* why);
+  // The capture's streams stop capturing.
+  void end_capture(const std::shared_ptr<HostCapture>& c);
+  // stream_wait_event where the event was recorded in a capture or `s`
+  // captures (`waiter`): joins, rejoins or refuses.
+  Status wait_in_capture(const std::shared_ptr<HostStream>& s, const Event& e, HostCapture* waiter);
   void simulate(VmmOp op, std::size_t chunks = 1) const;
 
   const HostBackendOptions options_;
@@ -173,9 +202,13 @@ class HostBackend final : public Backend {
   std::size_t va_bytes_ = 0;
   std::size_t descriptors_ = 0;
 
-  mutable std::mutex stream_mutex_;  // guards streams_ and events_
+  mutable std::mutex stream_mutex_;  // guards everything below
   std::unordered_map<StreamHandle, std::shared_ptr<HostStream>> streams_;
   std::unordered_map<EventHandle, std::unique_ptr<Event>> events_;
+  // Every stream taking part in a capture, and the captures under way.
+  std::unordered_map<const HostStream*, std::shared_ptr<HostCapture>> capturing_;
+  std::vector<std::shared_ptr<HostCapture>> captures_;
+  std::unordered_map<GraphHandle, std::unique_ptr<HostGraph>> graphs_;
 };
 
 static_assert(IsBackend<HostBackend>);

@@ -1,8 +1,10 @@
 // HostBackend: streams and events (see host_backend.hpp). A stream is a
 // HostStream queue; an event is the (stream, sequence number) pair taken
-// when it is recorded. Like the VM calls, none of these throws: a queue or
+// when it is recorded, or, recorded in a graph capture, the captured nodes
+// it covers (host_backend_capture.cpp). Like the VM calls, none of these throws: a queue or
 // table that cannot grow is out_of_host_memory, a thread that cannot start
 // is error.
+#include <algorithm>
 #include <memory>
 #include <system_error>
 #include <utility>
@@ -72,6 +74,8 @@ Status HostBackend::stream_destroy(StreamHandle stream) {
         return fail(Status::invalid_argument,
                     "host: stream_destroy: called from a job of stream %p itself", stream);
       }
+      if (HostCapture* c = capture_of(it->second.get()))
+        return invalidate(*c, "stream_destroy", "the stream is capturing");
       s = std::move(it->second);
       streams_.erase(it);
     }
@@ -113,8 +117,19 @@ Status HostBackend::event_record(EventHandle event, StreamHandle stream) {
     }
     auto s = find_stream(stream, "event_record");
     if (!s) return Status::invalid_argument;
-    e->second->stream = s;
-    e->second->seq = s->tail();
+    Event& ev = *e->second;
+    if (HostCapture* c = capture_of(s.get())) {
+      // The event covers the stream's captured work, not anything that runs.
+      if (!c->invalidated.empty())
+        return invalidate(*c, "event_record", "the stream's capture was invalidated");
+      ev.deps = c->frontier[s.get()];
+      ev.capture = capturing_.at(s.get());
+      return Status::ok;
+    }
+    ev.capture = nullptr;
+    ev.deps.clear();
+    ev.stream = s;
+    ev.seq = s->tail();
     return Status::ok;
   });
 }
@@ -129,6 +144,16 @@ Status HostBackend::event_query(EventHandle event) {
       if (e == events_.end()) {
         return fail(Status::invalid_argument, "host: event_query: unknown event %p", event);
       }
+      if (HostCapture* c = e->second->capture.get()) {
+        if (std::find(captures_.begin(), captures_.end(), e->second->capture) != captures_.end())
+          return invalidate(*c, "event_query", "the event was recorded in the capture");
+        return fail(Status::invalid_argument,
+                    "host: event_query: event %p was last recorded in a graph capture, so it "
+                    "covers no work that runs (cudaErrorCapturedEvent)",
+                    event);
+      }
+      if (const Status refused = refuse_if_capturing("event_query"); refused != Status::ok)
+        return refused;
       s = e->second->stream;
       seq = e->second->seq;
     }
@@ -150,8 +175,11 @@ Status HostBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
       }
       s = find_stream(stream, "stream_wait_event");
       if (!s) return Status::invalid_argument;
-      target = e->second->stream;
-      seq = e->second->seq;
+      const Event& ev = *e->second;
+      HostCapture* waiter = capture_of(s.get());
+      if (ev.capture || waiter) return wait_in_capture(s, ev, waiter);
+      target = ev.stream;
+      seq = ev.seq;
     }
     // The wait is on the record as it stands now; a later re-record does not
     // move it. Work already finished needs no dependency.
@@ -170,6 +198,12 @@ Status HostBackend::launch_host_func(StreamHandle stream, HostFn fn, void* user)
       std::lock_guard lock(stream_mutex_);
       s = find_stream(stream, "launch_host_func");
       if (!s) return Status::invalid_argument;
+      if (HostCapture* c = capture_of(s.get())) {
+        if (!c->invalidated.empty())
+          return invalidate(*c, "launch_host_func", "the stream's capture was invalidated");
+        c->add_node(s.get(), fn, user);
+        return Status::ok;
+      }
     }
     s->enqueue(fn, user);
     return Status::ok;
@@ -183,6 +217,10 @@ Status HostBackend::stream_synchronize(StreamHandle stream) {
       std::lock_guard lock(stream_mutex_);
       s = find_stream(stream, "stream_synchronize");
       if (!s) return Status::invalid_argument;
+      if (HostCapture* c = capture_of(s.get()))
+        return invalidate(*c, "stream_synchronize", "the stream is capturing");
+      if (const Status refused = refuse_if_capturing("stream_synchronize"); refused != Status::ok)
+        return refused;
     }
     if (s->on_worker_thread()) {
       return fail(Status::invalid_argument,
@@ -198,14 +236,10 @@ Status HostBackend::stream_is_capturing(StreamHandle stream, bool* capturing) {
     if (capturing == nullptr) {
       return fail(Status::invalid_argument, "host: stream_is_capturing: null output pointer");
     }
-    if (stream != nullptr) {
-      std::lock_guard lock(stream_mutex_);
-      if (streams_.find(stream) == streams_.end()) {
-        return fail(Status::invalid_argument, "host: stream_is_capturing: unknown stream %p",
-                    stream);
-      }
-    }
-    *capturing = false;
+    std::lock_guard lock(stream_mutex_);
+    auto s = find_stream(stream, "stream_is_capturing");
+    if (!s) return Status::invalid_argument;
+    *capturing = capture_of(s.get()) != nullptr;
     return Status::ok;
   });
 }

@@ -17,6 +17,18 @@ class _Hooks:
         self.record_stream_fn = None
         self.reset_fn = None
         self.memory_fraction_fn = None
+        self.begin_allocate_to_pool_fn = None
+        self.end_allocate_to_pool_fn = None
+        self.release_pool_fn = None
+
+    def set_begin_allocate_to_pool(self, address):
+        self.begin_allocate_to_pool_fn = address
+
+    def set_end_allocate_to_pool_fn(self, address):
+        self.end_allocate_to_pool_fn = address
+
+    def set_release_pool(self, address):
+        self.release_pool_fn = address
 
     def set_record_stream_fn(self, address):
         self.record_stream_fn = address

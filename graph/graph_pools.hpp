@@ -1,0 +1,151 @@
+// GraphPools: the graph pools of one allocator, and the routing of its
+// allocations to them while captures are under way.
+//
+// Routing is PyTorch's: begin_allocate(pool, filter) adds a route, and
+// while any route is open every allocation asks the routes' filters, in
+// order, whether its stream allocates to their pool (routing() is the one
+// branch the allocator's common path pays). An allocation no filter claims
+// goes to the lake, unless its stream is capturing: then it is refused,
+// since lake memory given to a graph could be handed to someone else while
+// the graph still replays into it. While routes are open the stream order
+// queries no events (stream_order.hpp).
+//
+// Pools are made by their first begin_allocate and counted (users) like
+// PyTorch's: each later begin on the same pool is one more graph sharing it,
+// each release_pool one less; the last release frees it once its blocks are
+// freed, after a device synchronization, and never while a capture is under
+// way (pending_ waits for the next begin_allocate, release or empty_cache).
+// A route whose capture was invalidated by the time it ends is abandoned:
+// its use of the pool is released there.
+//
+// Chunks come from the allocator's ChunkPool, held there by this client, so
+// the lake and its worker never take or release them (ChunkShare).
+//
+// Not thread-safe: the allocator holds its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "common/observer_list.hpp"
+#include "graph/chunk_share.hpp"
+#include "graph/exclusive_group.hpp"
+#include "graph/graph_pool.hpp"
+#include "lake/chunk_pool.hpp"
+#include "lake/lake.hpp"
+#include "memlake/config.hpp"
+#include "memlake/graph.hpp"
+#include "memlake/stats.hpp"
+#include "stream/stream_order.hpp"
+
+namespace memlake::graph {
+
+class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::Source {
+ public:
+  GraphPools(Backend& backend, lake::ChunkPool& chunks, lake::Lake& lake, StreamOrder& order,
+             Stats& stats, ObserverList& observers, const lake::LakeOptions& options,
+             MisuseAction on_misuse);
+  ~GraphPools() override;
+  GraphPools(const GraphPools&) = delete;
+  GraphPools& operator=(const GraphPools&) = delete;
+
+  // True while a pool is being allocated to: the allocator then asks
+  // allocate() first.
+  bool routing() const { return !routes_.empty(); }
+
+  // A block for `stream` from the pool whose filter claims it; nullptr when
+  // none does and the stream is not capturing. Throws out_of_memory when
+  // the pool cannot grow, misuse for a capturing stream no pool claims.
+  void* allocate(std::size_t bytes, StreamHandle stream);
+  // False when `ptr` is no live block of a pool (the allocator then reports
+  // the bad pointer); throws misuse for a wrong size.
+  bool deallocate(DevicePtr ptr, std::size_t bytes, StreamHandle stream);
+  bool record_stream(DevicePtr ptr, StreamHandle stream);
+  // The requested size of a live pool block; none when `ptr` is no such block.
+  std::optional<std::size_t> requested_size(DevicePtr ptr) const;
+
+  PoolId new_pool_id(ExclusiveGroupId group);
+  ExclusiveGroupId new_group(bool check);
+  void begin_allocate(PoolId id, StreamFilter filter);
+  void end_allocate(PoolId id);
+  void release(PoolId id);
+  // Frees the pools whose release waits (device synchronization); nothing
+  // while a capture is under way.
+  void release_pending();
+
+  GraphPoolStats pool_stats(PoolId id) const;
+  std::size_t group_bytes(ExclusiveGroupId group) const;
+  void check_group(ExclusiveGroupId group);
+  void launch(PoolId id, GraphHandle graph, StreamHandle stream);
+  // The marker host functions of a checking group's pool; null marker when
+  // the pool's group does not check.
+  OverlapCheck::Marker* marker(PoolId id);
+
+  std::string check_invariants() const;
+
+ private:
+  struct Route {
+    PoolId id;
+    GraphPool* pool;
+    StreamFilter filter;
+    std::vector<StreamHandle> streams;  // that allocated through it
+  };
+  struct Block {
+    GraphPool* pool;
+    std::size_t size;
+    std::size_t requested;
+    StreamHandle stream;
+    bool shared;  // also used on another stream
+  };
+
+  // lake::ChunkPool::Client: the lake's business; nothing to keep here.
+  void chunk_added(lake::ChunkId) override {}
+  void chunk_removed(lake::ChunkId) override {}
+  void chunk_changed(lake::ChunkId) override {}
+  // ChunkShare::Source
+  Status take_new(std::size_t size, lake::ChunkId* id, ChunkHandle* handle) override;
+  void give_back(lake::ChunkId id) override;
+  ChunkShare::Source& source() { return *this; }
+
+  GraphPool& pool(PoolId id, const char* call);
+  std::shared_ptr<ExclusiveGroup> group_for(PoolId id);
+  // The pool's last user is gone: freed now or when possible.
+  void retire(PoolId id);
+  void destroy(PoolId id);
+  void set_routing();
+  void refresh_mapped();
+  void check_overlaps(ExclusiveGroup& group);
+  [[noreturn]] void misuse(const std::string& message) const;
+  void notify(void (Observer::*event)(const PoolEvent&), const GraphPool& p) const;
+
+  Backend& backend_;
+  lake::ChunkPool& chunks_;
+  lake::Lake& lake_;
+  StreamOrder& order_;
+  Stats& stats_;
+  ObserverList& observers_;
+  lake::LakeOptions options_;
+  MisuseAction on_misuse_;
+  lake::ClientId client_;
+  std::vector<Route> routes_;
+  std::map<PoolId, std::unique_ptr<GraphPool>> pools_;
+  std::map<PoolId, ExclusiveGroupId> declared_;  // made by new_pool_id, not begun yet
+  std::map<ExclusiveGroupId, std::shared_ptr<ExclusiveGroup>> groups_;
+  std::vector<std::shared_ptr<OverlapCheck>> checks_;  // as long as the allocator
+  std::unordered_map<DevicePtr, Block> blocks_;
+  std::vector<PoolId> pending_;      // released, waiting for a synchronization
+  std::map<PoolId, int> abandoned_;  // uses released by a failed capture
+  std::set<PoolId> gone_;            // freed: their ids name no pool again
+  std::uint64_t next_id_ = 0;
+  std::size_t mapped_ = 0;  // graph_pool_mapped_bytes as last set
+};
+
+}  // namespace memlake::graph

@@ -1,0 +1,141 @@
+"""CUDA graphs under PyTorch with memlake enabled, on a GPU: torch.cuda.graph
+with and without a shared pool=, make_graphed_callables, graphs of an
+exclusive group replayed in turn, and what torch.compile(mode=
+"reduce-overhead") does. Each test runs a child process (PyTorch picks its
+allocator once per process). Skips without torch or a GPU (exit status 77:
+ctest reports it skipped)."""
+
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import support
+
+try:
+    import torch
+    HAVE_GPU = torch.cuda.is_available()
+except ImportError:
+    HAVE_GPU = False
+
+
+def run_child(body):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
+                          text=True, env=support.child_env(), timeout=600)
+
+
+@unittest.skipUnless(HAVE_GPU, "needs torch with a CUDA GPU")
+class TorchGraphs(unittest.TestCase):
+    def check(self, body):
+        r = run_child(body)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def test_a_captured_step_replays_bit_identical_to_eager_from_its_pool(self):
+        out = self.check("""
+            import torch, memlake, memlake.torch
+            memlake.torch.enable()
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                        torch.nn.Linear(2048, 512)).cuda()
+            x = torch.randn(64, 512, device="cuda")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    model(x)  # warm-up, as torch.cuda.graph wants
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            before = memlake.stats()["graph_allocs"]
+            with torch.cuda.graph(g):
+                y = model(x)
+            assert memlake.stats()["graph_allocs"] > before, "capture did not allocate from a pool"
+            ptr = y.data_ptr()
+            for i in range(1000):
+                x.normal_()
+                g.replay()
+                if i % 250 == 0:
+                    assert torch.equal(y, model(x)), i  # bit-identical to eager
+                    assert y.data_ptr() == ptr
+            st = memlake.pool_stats(tuple(g.pool()))
+            assert st["users"] == 1 and st["reserved_bytes"] > 0, st
+            print("replays 1000, pool reserved", st["reserved_bytes"])
+        """)
+        self.assertIn("replays 1000", out)
+
+    def test_graphs_sharing_a_pool_and_make_graphed_callables(self):
+        self.check("""
+            import torch, memlake, memlake.torch
+            memlake.torch.enable()
+            a = torch.randn(1 << 20, device="cuda")
+            g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g1):
+                b = a * 2
+            with torch.cuda.graph(g2, pool=g1.pool()):
+                c = b + 1
+            for _ in range(10):
+                a.normal_()
+                g1.replay(); g2.replay()
+                assert torch.equal(c, a * 2 + 1)
+            model = torch.nn.Linear(256, 256).cuda()
+            fn = torch.cuda.make_graphed_callables(model, (torch.randn(8, 256, device="cuda"),))
+            x = torch.randn(8, 256, device="cuda", requires_grad=True)
+            y = fn(x)
+            y.sum().backward()
+            assert torch.allclose(y, model(x))
+            del g1, g2, b, c
+            torch.cuda.synchronize()
+            print("ok")
+        """)
+
+    def test_exclusive_graphs_share_memory_and_replay_in_turn(self):
+        out = self.check("""
+            import torch, memlake, memlake.torch
+            memlake.torch.enable()
+            lengths = [128, 256, 384, 512]
+            pools = memlake.torch.exclusive_pool_handles(len(lengths))
+            w = torch.randn(1024, 1024, device="cuda")
+            xs = {n: torch.randn(n, 1024, device="cuda") for n in lengths}
+            graphs, outs = {}, {}
+            for n, pool in zip(lengths, pools):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    outs[n] = ((xs[n] @ w).relu() @ w.t()).sum(0)
+                graphs[n] = g
+            stats = [memlake.pool_stats(p) for p in pools]
+            group = stats[0]["group"]
+            shared = memlake.exclusive_group_bytes(group)
+            largest = max(s["reserved_bytes"] for s in stats)
+            assert shared <= 1.05 * largest, (shared, largest)
+            for i in range(200):
+                n = lengths[(i * 7) % len(lengths)]
+                memlake.torch.replay(graphs[n], pools[lengths.index(n)])
+                torch.cuda.synchronize()
+                assert torch.allclose(outs[n], ((xs[n] @ w).relu() @ w.t()).sum(0)), (i, n)
+            print("shared", shared, "largest", largest, "sum",
+                  sum(s["reserved_bytes"] for s in stats))
+        """)
+        self.assertIn("shared", out)
+
+    def test_reduce_overhead_either_works_or_names_the_call_pytorch_refuses(self):
+        out = self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable()
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()).cuda()
+            compiled = torch.compile(model, mode="reduce-overhead")
+            x = torch.randn(32, 256, device="cuda")
+            try:
+                for _ in range(5):
+                    y = compiled(x)
+                assert torch.allclose(y, model(x), rtol=1e-4, atol=1e-4)
+                print("reduce-overhead worked")
+            except RuntimeError as e:
+                text = str(e)
+                assert "does not yet support" in text or "pluggable" in text, text
+                print("refused:", text.splitlines()[0])
+        """)
+        self.assertTrue("reduce-overhead worked" in out or "refused:" in out, out)
+
+
+if __name__ == "__main__":
+    support.main()
