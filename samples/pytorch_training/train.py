@@ -1,58 +1,186 @@
 """Training with memlake switched on by one call, beside PyTorch's own
 allocators on the same run: same losses, less memory reserved.
 
-    python samples/pytorch_training/train.py --compare            # all three, one after another
+    python samples/pytorch_training/train.py --compare            # every allocator in turn
+    python samples/pytorch_training/train.py --compare --rounds 3 # interleaved, median times
     python samples/pytorch_training/train.py --allocator memlake  # one run, JSON on stdout
+    python samples/pytorch_training/train.py --find-batch --memory-cap-gib 8 --seq-len 512
+                                                                  # largest batch under a cap
+    python samples/pytorch_training/train.py --summarize LOG...   # the tables of JSON lines
 
 The model is built from a configuration (nothing is downloaded): a GPT-2
 with activation recomputation (gradient checkpointing), or a Llama-style
-model trained with LoRA adapters (peft), both under bf16 autocast. Batches
-have a different sequence length at every step, as with dynamic shapes and
-packed variable-length data: the irregular sizes that fragment a caching
-allocator. With --seq-len every step has that length instead (fixed shapes,
-as in pretraining on packed sequences): the steady state in which memlake
-should make no VMM call on the training thread after the first steps.
+model trained with LoRA adapters (peft), both under bf16 autocast, or
+`decode`: the same GPT-2 in bf16, eval, under torch.no_grad(), generating
+greedily with its key/value cache (transformers' DynamicCache, which grows
+every layer's keys and values by torch.cat at every token) and the sequence
+of generated tokens grown by torch.cat as generate() does. A decode step is
+one batch of sequences: a prompt of random length, then a random number of
+new tokens (--new-tokens MIN:MAX); its "loss" is a checksum of the last
+logits, so allocators can be compared for equality.
+
+Training batches have a different sequence length at every step, as with
+dynamic shapes and packed variable-length data: the irregular sizes that
+fragment a caching allocator. With --seq-len every step has that length
+instead (fixed shapes, as in pretraining on packed sequences): the steady
+state in which memlake should make no VMM call on the training thread after
+the first steps. For decode, --seq-len fixes the prompt length and the new
+tokens at MAX.
 
 Allocators: `native` (PyTorch's caching allocator), `expandable`
-(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), `memlake`
+(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), `async`
+(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), `memlake`
 (memlake.torch.enable()). Each run is its own process: PyTorch picks its
-allocator once per process. Peak reserved is torch.cuda.max_memory_reserved()
-for PyTorch's allocators and memlake.torch.max_memory_reserved() for memlake.
-Deterministic algorithms are on, so every allocator must give the same losses.
+allocator once per process (a PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF
+of the caller's is dropped, so `native` is PyTorch's default). Peak reserved
+is torch.cuda.max_memory_reserved() for native and expandable,
+memlake.torch.max_memory_reserved() for memlake, and for async the
+high-water mark of the device's default memory pool
+(cudaMemPoolAttrReservedMemHigh, read through libcudart with ctypes; PyTorch's
+async backend allocates from that pool, sets its release threshold to
+UINT64_MAX so freed memory stays in the pool, and reports the same attribute
+as torch.cuda.max_memory_reserved(); both are in the JSON). Deterministic
+algorithms are on, so every allocator must give the same losses.
+
+--compare --rounds R runs the allocators R times in interleaved order (round
+r starts r places further along the list), each run a child process, and
+reports per allocator the peak reserved (the largest over rounds), the
+median over rounds of each run's median step time after --warmup steps with
+its spread (min-max), and how far its losses are from native's. Every run's
+JSON is printed on a line starting with "JSON ".
+
+--find-batch searches, for each allocator, the largest --batch that trains
+--steps steps at --seq-len under a memory cap of --memory-cap-gib GiB, set
+by torch.cuda.set_per_process_memory_fraction(cap / total) before the first
+allocation (memlake takes it through its memory-fraction hook, which must
+come before the device's first allocation). Each try is a child process;
+running out of memory ends it with exit status 3. A try fits when it
+completes and its peak reserved stays within the cap: PyTorch's native and
+expandable allocators and memlake never reserve beyond it, but PyTorch's
+cudaMallocAsync backend applies the fraction to the bytes of live
+allocations only (its setMemoryFraction sets a limit checked against the
+sum of live allocation sizes; the pool itself may hold more), so an async
+run can complete with the pool above the cap; it then does not fit.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ALLOCATORS = ("native", "expandable", "memlake")
-MODELS = ("gpt2-recompute", "llama-lora")
+ALLOCATORS = ("native", "expandable", "async", "memlake")
+MODELS = ("gpt2-recompute", "llama-lora", "decode")
+GIB = 1 << 30
+OOM_EXIT = 3  # a child that ran out of memory under --memory-cap-gib
+
+# memlake, per step: VMM calls on the training thread and on its mapping
+# worker, host milliseconds in allocations that missed the same-stream
+# cache, waiting for the allocator's lock, in VMM and event calls.
+COUNTERS = ("critical_path_vmm_calls", "worker_vmm_calls", "allocate_ns", "lock_wait_ns",
+            "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--allocator", choices=ALLOCATORS, default="memlake")
+    p.add_argument("--allocators", default=",".join(ALLOCATORS),
+                   help="for --compare and --find-batch: which, comma-separated")
     p.add_argument("--model", choices=MODELS, default="gpt2-recompute")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3,
+                   help="steps left out of the median step time")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-seq", type=int, default=1024)
-    p.add_argument("--seq-len", type=int, default=0, help="every step this length (fixed shapes)")
+    p.add_argument("--seq-len", type=int, default=0,
+                   help="every step this length (fixed shapes); decode: the prompt length")
+    p.add_argument("--new-tokens", default="128:512",
+                   help="decode: new tokens per step, MIN:MAX (random in between, seeded)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init-device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model's weights are created and initialized (cuda: faster)")
     p.add_argument("--memlake-conf", default="", help="options for memlake.torch.enable()")
+    p.add_argument("--memory-cap-gib", type=float, default=0,
+                   help="torch.cuda.set_per_process_memory_fraction(this GiB / total memory)")
     p.add_argument("--compare", action="store_true",
                    help="run every allocator in a child process and compare")
-    return p.parse_args()
+    p.add_argument("--rounds", type=int, default=1, help="--compare: interleaved rounds")
+    p.add_argument("--find-batch", action="store_true",
+                   help="largest batch under --memory-cap-gib for each allocator")
+    p.add_argument("--batch-range", default="1:64", help="--find-batch: LO:HI searched")
+    p.add_argument("--jobs", type=int, default=4,
+                   help="--find-batch: child processes at a time (all on the same GPU)")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="--compare/--find-batch: seconds; start no child that would not end "
+                        "in time (0: no limit)")
+    p.add_argument("--summarize", nargs="+", metavar="LOG",
+                   help="print the tables of the JSON lines in these logs")
+    args = p.parse_args(argv)
+    if args.find_batch:
+        if args.memory_cap_gib <= 0:
+            p.error("--find-batch needs --memory-cap-gib")
+        if args.seq_len <= 0:
+            p.error("--find-batch needs a fixed --seq-len")
+    return args
 
 
-def build_model(name, torch):
+def int_range(text):
+    lo, _, hi = text.partition(":")
+    lo, hi = int(lo), int(hi or lo)
+    if lo < 1 or hi < lo:
+        raise SystemExit("bad range %r: expected MIN:MAX with 1 <= MIN <= MAX" % text)
+    return lo, hi
+
+
+def allocator_list(text):
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    for name in names:
+        if name not in ALLOCATORS:
+            raise SystemExit("unknown allocator %r (known: %s)" % (name, ", ".join(ALLOCATORS)))
+    return names
+
+
+# ---------------------------------------------------------------- one run
+
+def select_allocator(allocator):
+    """Environment for PyTorch's allocator: read when torch is imported."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # PYTORCH_ALLOC_CONF wins over PYTORCH_CUDA_ALLOC_CONF in recent PyTorch.
+    for key in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        os.environ.pop(key, None)
+    if allocator == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    elif allocator == "async":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+
+
+def build_model(args, torch):
+    """(model, vocabulary size), weights created on --init-device."""
+    place = torch.device("cuda") if args.init_device == "cuda" else contextlib.nullcontext()
+    with place:
+        return _build_model(args.model, torch)
+
+
+def _build_model(name, torch):
     import transformers
-    if name == "gpt2-recompute":
+    if name in ("gpt2-recompute", "decode"):
         cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024,
                                       vocab_size=50257)
+        if name == "decode":
+            # Inference weights in bf16, created so (no fp32 copy on the GPU).
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                model = transformers.GPT2LMHeadModel(cfg)
+            finally:
+                torch.set_default_dtype(previous)
+            return model, cfg.vocab_size
         model = transformers.GPT2LMHeadModel(cfg)
         model.gradient_checkpointing_enable()
         return model, cfg.vocab_size
@@ -68,134 +196,736 @@ def build_model(name, torch):
     return peft.get_peft_model(model, lora), cfg.vocab_size
 
 
+def _cudart():
+    """libcudart as a ctypes library: the copy this process has loaded (torch's),
+    else one by name. (None, why) when there is none."""
+    import ctypes
+    import ctypes.util
+    candidates = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libcudart"):
+                    candidates.append(fields[-1])
+    except OSError:
+        pass
+    candidates += ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    found = ctypes.util.find_library("cudart")
+    if found:
+        candidates.append(found)
+    errors = []
+    for path in dict.fromkeys(candidates):
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            errors.append(str(e))
+    return None, "no libcudart could be loaded (%s)" % "; ".join(errors)
+
+
+# cudaMemPoolAttr (driver_types.h, CUDA 11.2 to 13): values are cuuint64_t.
+_POOL_ATTRIBUTES = {"reserved_current": 5,  # cudaMemPoolAttrReservedMemCurrent
+                    "reserved_high": 6,     # cudaMemPoolAttrReservedMemHigh
+                    "used_current": 7,      # cudaMemPoolAttrUsedMemCurrent
+                    "used_high": 8}         # cudaMemPoolAttrUsedMemHigh
+
+
+def mempool_attributes(device):
+    """The device's default memory pool's byte counts (the pool PyTorch's
+    cudaMallocAsync backend allocates from), or {"source": "unavailable: ..."}.
+    Never raises."""
+    try:
+        import ctypes
+        lib, where = _cudart()
+        if lib is None:
+            return {"source": "unavailable: " + where}
+        get_pool = lib.cudaDeviceGetDefaultMemPool
+        get_pool.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        get_pool.restype = ctypes.c_int
+        get_attribute = lib.cudaMemPoolGetAttribute
+        get_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        get_attribute.restype = ctypes.c_int
+        pool = ctypes.c_void_p()
+        err = get_pool(ctypes.byref(pool), device)
+        if err != 0:
+            return {"source": "unavailable: cudaDeviceGetDefaultMemPool returned %d (%s)" % (
+                err, where)}
+        out = {"source": where}
+        for name, attribute in _POOL_ATTRIBUTES.items():
+            value = ctypes.c_uint64(0)
+            err = get_attribute(pool, attribute, ctypes.byref(value))
+            out[name] = value.value if err == 0 else None
+        return out
+    except Exception as e:  # a measurement, never a reason to fail the run
+        return {"source": "unavailable: %s: %s" % (type(e).__name__, e)}
+
+
+def read_peaks(allocator, torch):
+    """(peak reserved, peak allocated, extra fields) of this process."""
+    if allocator == "memlake":
+        import memlake.torch
+        stats = memlake.torch.stats()
+        return (memlake.torch.max_memory_reserved(), memlake.torch.max_memory_allocated(),
+                {"host_waits": stats["host_waits"], "stitches": stats["stitches"],
+                 "critical_path_vmm_calls": stats["critical_path_vmm_calls"],
+                 "worker_vmm_calls": stats["worker_vmm_calls"]})
+    reserved = torch.cuda.max_memory_reserved()
+    allocated = torch.cuda.max_memory_allocated()
+    extra = {"torch_allocator_backend": allocator_backend(torch)}
+    if allocator == "async":
+        pool = mempool_attributes(torch.cuda.current_device())
+        extra["mempool"] = pool
+        extra["torch_max_memory_reserved"] = reserved
+        extra["torch_max_memory_allocated"] = allocated
+        if pool.get("reserved_high") is not None:
+            reserved = pool["reserved_high"]
+        if pool.get("used_high") is not None:
+            allocated = pool["used_high"]
+    return reserved, allocated, extra
+
+
+def is_oom(error, torch):
+    oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    text = str(error)
+    # memlake's errors reach Python as RuntimeError ("memlake: out of memory ...").
+    return (isinstance(error, oom_type) or "out of memory" in text
+            or "CUBLAS_STATUS_ALLOC_FAILED" in text)
+
+
+def apply_memory_cap(args, torch):
+    """Caps this process's CUDA memory at --memory-cap-gib, before the first
+    allocation; returns the cap in bytes. The total is cudaMemGetInfo's, the one
+    PyTorch's allocators (native, expandable, cudaMallocAsync) and memlake
+    multiply the fraction by."""
+    _, total = torch.cuda.mem_get_info(0)
+    fraction = min(1.0, args.memory_cap_gib * GIB / total)
+    torch.cuda.set_per_process_memory_fraction(float(fraction), 0)
+    return int(fraction * total)
+
+
+def allocator_backend(torch):
+    backend = getattr(torch.cuda, "get_allocator_backend", None)
+    return backend() if backend is not None else None
+
+
+def median_after_warmup(step_seconds, warmup):
+    measured = step_seconds[warmup:] if len(step_seconds) > warmup else step_seconds
+    return statistics.median(measured) if measured else float("nan")
+
+
 def train(args):
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    if args.allocator == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    """One run in this process: (result dict, exit status)."""
+    select_allocator(args.allocator)
     import torch
     if args.allocator == "memlake":
         sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
         import memlake.torch
         memlake.torch.enable(args.memlake_conf or None)
+    elif args.allocator == "async" and allocator_backend(torch) not in (None, "cudaMallocAsync"):
+        raise SystemExit("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync did not take: backend %r"
+                         % allocator_backend(torch))
+    cap_bytes = apply_memory_cap(args, torch) if args.memory_cap_gib > 0 else 0
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    model, vocab = build_model(args.model, torch)
-    model = model.cuda().train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optim = torch.optim.AdamW(params, lr=1e-4)
+    common = {"allocator": args.allocator, "model": args.model, "steps": args.steps,
+              "batch": args.batch, "seq_len": args.seq_len, "max_seq": args.max_seq,
+              "warmup": args.warmup, "init_device": args.init_device,
+              "torch_version": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    if args.model == "decode":
+        common["new_tokens"] = args.new_tokens
+    if cap_bytes:
+        common["memory_cap_gib"] = args.memory_cap_gib
+        common["memory_cap_bytes"] = cap_bytes
+    progress = {"step": -1}
+    try:
+        result = run_steps(args, torch, progress)
+    except Exception as e:
+        if not (cap_bytes and is_oom(e, torch)):
+            raise
+        try:
+            reserved, allocated, extra = read_peaks(args.allocator, torch)
+        except Exception:
+            reserved, allocated, extra = None, None, {}
+        return ({"kind": "oom", **common, "oom": True, "oom_step": progress["step"],
+                 "message": str(e)[:600], "peak_reserved_bytes": reserved,
+                 "peak_allocated_bytes": allocated, **extra}, OOM_EXIT)
+    reserved, allocated, extra = read_peaks(args.allocator, torch)
+    result.update(common)
+    result.update(peak_reserved_bytes=reserved, peak_allocated_bytes=allocated, **extra)
+    return result, 0
+
+
+def decode_sequence(model, torch, ids, new_tokens):
+    """Greedy decoding of new_tokens tokens after the prompt ids:
+    (checksum of the last logits, sum of the generated token ids)."""
+    out = model(input_ids=ids, use_cache=True)
+    past = out.past_key_values  # a DynamicCache: torch.cat per layer per token
+    logits = out.logits[:, -1, :].float()  # a copy: the prompt's logits go with `out`
+    del out
+    tokens = logits.argmax(dim=-1, keepdim=True)
+    generated = tokens
+    for _ in range(new_tokens - 1):
+        out = model(input_ids=tokens, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        del out
+        tokens = logits.argmax(dim=-1, keepdim=True)
+        generated = torch.cat([generated, tokens], dim=1)
+    return logits.sum().item(), int(generated.sum().item())
+
+
+def run_steps(args, torch, progress):
+    model, vocab = build_model(args, torch)
+    decode = args.model == "decode"
+    if decode:
+        model = model.cuda().eval()
+        optim = None
+    else:
+        model = model.cuda().train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optim = torch.optim.AdamW(params, lr=1e-4)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    step_seqs = torch.randint(2, args.max_seq // 64 + 1, (args.steps,), generator=gen) * 64
-    if args.seq_len:
-        step_seqs.fill_(args.seq_len)
+    if decode:
+        positions = 1024  # the GPT-2's n_positions
+        new_min, new_max = int_range(args.new_tokens)
+        prompts = torch.randint(16, max(17, args.max_seq // 2 + 1), (args.steps,), generator=gen)
+        news = torch.randint(new_min, new_max + 1, (args.steps,), generator=gen)
+        if args.seq_len:
+            prompts.fill_(args.seq_len)
+            news.fill_(new_max)
+        if int(prompts.max()) >= positions:
+            raise SystemExit("decode: prompts must be shorter than %d tokens" % positions)
+        news = torch.minimum(news, positions - prompts)
+        step_seqs = prompts
+    else:
+        step_seqs = torch.randint(2, args.max_seq // 64 + 1, (args.steps,), generator=gen) * 64
+        if args.seq_len:
+            step_seqs.fill_(args.seq_len)
     losses = []
+    tokens_checksums = []
     step_seconds = []
-    # memlake, per step: VMM calls on the training thread and on its mapping
-    # worker, host milliseconds in allocations that missed the same-stream
-    # cache, waiting for the allocator's lock, in VMM and event calls.
-    counters = ("critical_path_vmm_calls", "worker_vmm_calls", "allocate_ns", "lock_wait_ns",
-                "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
-    by_step = {name: [] for name in counters}
+    by_step = {name: [] for name in COUNTERS}
 
     def read_counters():
         if args.allocator != "memlake":
-            return {name: 0 for name in counters}
+            return {name: 0 for name in COUNTERS}
         import memlake.torch
         s = memlake.torch.stats()
-        return {name: s[name] for name in counters}
+        return {name: s[name] for name in COUNTERS}
 
     torch.cuda.synchronize()
     start = time.perf_counter()
     for step in range(args.steps):
+        progress["step"] = step
         t0, before = time.perf_counter(), read_counters()
         seq = int(step_seqs[step])
         ids = torch.randint(0, vocab, (args.batch, seq), generator=gen).cuda()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        if decode:
+            with torch.no_grad():
+                checksum, token_sum = decode_sequence(model, torch, ids, int(news[step]))
+            losses.append(checksum)
+            tokens_checksums.append(token_sum)
+        else:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+            losses.append(loss.item())
         step_seconds.append(time.perf_counter() - t0)
         after = read_counters()
-        for name in counters:
+        for name in COUNTERS:
             by_step[name].append(after[name] - before[name])
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    if args.allocator == "memlake":
-        import memlake.torch
-        reserved = memlake.torch.max_memory_reserved()
-        allocated = memlake.torch.max_memory_allocated()
-        stats = memlake.torch.stats()
-        extra = {"host_waits": stats["host_waits"], "stitches": stats["stitches"],
-                 "critical_path_vmm_calls": stats["critical_path_vmm_calls"]}
+    result = {"losses": losses, "seconds": seconds, "step_seconds": step_seconds,
+              "median_step_seconds": median_after_warmup(step_seconds, args.warmup),
+              "critical_vmm_by_step": by_step["critical_path_vmm_calls"],
+              "worker_vmm_by_step": by_step["worker_vmm_calls"],
+              **{name[:-3] + "_ms_by_step": [round(ns / 1e6, 2) for ns in by_step[name]]
+                 for name in COUNTERS if name.endswith("_ns")}}
+    if decode:
+        result.update(tokens_checksums=tokens_checksums,
+                      prompt_lengths=[int(x) for x in step_seqs],
+                      new_tokens_by_step=[int(x) for x in news])
     else:
-        reserved = torch.cuda.max_memory_reserved()
-        allocated = torch.cuda.max_memory_allocated()
-        extra = {}
-    return {"allocator": args.allocator, "model": args.model, "steps": args.steps,
-            "losses": losses, "peak_reserved_bytes": reserved, "peak_allocated_bytes": allocated,
-            "seconds": seconds, "step_seconds": step_seconds,
-            "critical_vmm_by_step": by_step["critical_path_vmm_calls"],
-            "worker_vmm_by_step": by_step["worker_vmm_calls"],
-            **{name[:-3] + "_ms_by_step": [round(ns / 1e6, 2) for ns in by_step[name]]
-               for name in counters if name.endswith("_ns")},
-            **extra}
+        result["seq_lens"] = [int(x) for x in step_seqs]
+    return result
 
+
+# ---------------------------------------------------------------- child processes
+
+def child_command(args, allocator, batch=None):
+    cmd = [sys.executable, os.path.abspath(__file__), "--allocator", allocator,
+           "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch", str(args.batch if batch is None else batch), "--max-seq", str(args.max_seq),
+           "--seq-len", str(args.seq_len), "--seed", str(args.seed),
+           "--new-tokens", args.new_tokens, "--init-device", args.init_device]
+    if args.memlake_conf:
+        cmd += ["--memlake-conf", args.memlake_conf]
+    if args.memory_cap_gib > 0:
+        cmd += ["--memory-cap-gib", repr(args.memory_cap_gib)]
+    return cmd
+
+
+def run_child(cmd, timeout=None):
+    """{"rc", "record" (the last JSON line of its stdout, or None), "stderr", "seconds"}:
+    rc None when it ran past timeout (and was killed)."""
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return {"rc": None, "record": None, "seconds": time.monotonic() - t0,
+                "stderr": err[-3000:] + "\n(killed after %.0f s: the time budget)" % timeout}
+    record = None
+    for line in reversed(proc.stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+                break
+            except ValueError:
+                continue
+    return {"rc": proc.returncode, "record": record, "stderr": proc.stderr[-3000:],
+            "seconds": time.monotonic() - t0}
+
+
+def emit(record):
+    print("JSON " + json.dumps(record), flush=True)
+
+
+class Clock:
+    """The --time-budget: how long is left, and whether a child of the
+    longest duration seen so far would still end in time."""
+
+    def __init__(self, budget):
+        self.budget, self.start, self.longest = budget, time.monotonic(), 0.0
+        self.lock = threading.Lock()
+
+    def left(self):
+        if not self.budget:
+            return None
+        return self.budget - (time.monotonic() - self.start)
+
+    def room_for_one(self):
+        left = self.left()
+        return left is None or (left > 5 and left > self.longest * 1.15)
+
+    def ran(self, seconds):
+        with self.lock:
+            self.longest = max(self.longest, seconds)
+
+
+# ---------------------------------------------------------------- --compare
 
 def compare(args):
-    results = {}
-    for allocator in ALLOCATORS:
-        cmd = [sys.executable, __file__, "--allocator", allocator, "--model", args.model,
-               "--steps", str(args.steps), "--batch", str(args.batch), "--max-seq",
-               str(args.max_seq), "--seq-len", str(args.seq_len), "--seed", str(args.seed)]
-        if args.memlake_conf:
-            cmd += ["--memlake-conf", args.memlake_conf]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stderr[-4000:], file=sys.stderr)
-            raise SystemExit("%s run failed (exit %d)" % (allocator, run.returncode))
-        results[allocator] = json.loads(run.stdout.strip().splitlines()[-1])
-    native = results["native"]
-    gib = 1 << 30
-    print("%s, %d steps, batch %d, %s" % (
-        args.model, args.steps, args.batch, "sequence length %d" % args.seq_len if args.seq_len
-        else "sequence lengths 128..%d" % args.max_seq))
-    print("  %-11s %14s %14s %12s %10s %14s" % (
-        "allocator", "peak reserved", "peak live", "utilization", "seconds", "max rel dloss"))
-    worst = 0.0
-    for name, r in results.items():
-        diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], native["losses"]))
-        print("  %-11s %10.2f GiB %10.2f GiB %12.3f %10.2f %14.3g" % (
-            name, r["peak_reserved_bytes"] / gib, r["peak_allocated_bytes"] / gib,
-            r["peak_allocated_bytes"] / r["peak_reserved_bytes"], r["seconds"], diff))
-        worst = max(worst, diff)
-    m = results["memlake"]
+    allocators = allocator_list(args.allocators)
+    clock = Clock(args.time_budget)
+    runs, failures, stopped = [], 0, False
+    for r in range(args.rounds):
+        k = r % len(allocators)
+        for allocator in allocators[k:] + allocators[:k]:
+            if not clock.room_for_one():
+                print("time budget: stopped before round %d %s" % (r + 1, allocator), flush=True)
+                stopped = True
+                break
+            res = run_child(child_command(args, allocator), timeout=clock.left())
+            clock.ran(res["seconds"])
+            record = res["record"]
+            if res["rc"] != 0 or not record or "losses" not in record:
+                failures += 1
+                print(res["stderr"], file=sys.stderr, flush=True)
+                print("round %d %s: FAILED (exit %s)" % (r + 1, allocator, res["rc"]), flush=True)
+                emit({"kind": "run-failed", "round": r + 1, "allocator": allocator,
+                      "model": args.model, "rc": res["rc"], "stderr": res["stderr"][-1500:]})
+                continue
+            record.update(kind="run", round=r + 1, wall_seconds=round(res["seconds"], 2))
+            print("round %d %-10s peak reserved %.2f GiB, median step %.1f ms, run %.0f s" % (
+                r + 1, allocator, record["peak_reserved_bytes"] / GIB,
+                record["median_step_seconds"] * 1e3, res["seconds"]), flush=True)
+            emit(record)
+            runs.append(record)
+        if stopped:
+            break
+    ok = True
+    for text, summary, group_ok in run_tables(runs):
+        print(text)
+        emit(summary)
+        ok = ok and group_ok
+    return 0 if ok and not failures and runs else 1
 
-    for base in ("native", "expandable"):
-        print("  memlake / %-10s peak reserved %.3f, time %.3f (steps after 5: %.3f)" % (
-            base, m["peak_reserved_bytes"] / results[base]["peak_reserved_bytes"],
-            m["seconds"] / results[base]["seconds"],
-            sum(m["step_seconds"][5:]) / max(sum(results[base]["step_seconds"][5:]), 1e-9)))
-    print("  memlake critical-path VMM calls by step: %s" % m["critical_vmm_by_step"])
-    print("  memlake ms inside allocate by step: %s" % m["allocate_ms_by_step"])
-    print("  memlake ms waiting for its lock by step: %s" % m["lock_wait_ms_by_step"])
-    print("  memlake host waits %d, stitches %d" % (m["host_waits"], m["stitches"]))
+
+def workload_key(r):
+    return (r.get("model"), r.get("seq_len", 0), r.get("batch"), r.get("steps"),
+            r.get("max_seq"), r.get("new_tokens"), r.get("memory_cap_gib"))
+
+
+def workload_title(r, rounds):
+    model, seq = r.get("model"), r.get("seq_len", 0)
+    if model == "decode":
+        shape = ("prompt %d tokens" % seq if seq else
+                 "prompts 16..%d tokens" % (r.get("max_seq", 1024) // 2))
+        lo, hi = int_range(r.get("new_tokens", "128:512"))
+        shape += ", %s new tokens" % (hi if seq else "%d..%d" % (lo, hi))
+    else:
+        shape = ("sequence length %d" % seq if seq else
+                 "sequence lengths 128..%d" % r.get("max_seq", 1024))
+    title = "%s, %s steps, batch %s, %s, %d round%s" % (
+        model, r.get("steps"), r.get("batch"), shape, rounds, "" if rounds == 1 else "s")
+    if r.get("memory_cap_gib"):
+        title += ", memory cap %g GiB" % r["memory_cap_gib"]
+    return title
+
+
+def run_tables(runs):
+    """[(text, summary dict, losses ok)] for the runs, one per workload."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(workload_key(r), []).append(r)
+    return [run_table(group) for group in groups.values()]
+
+
+def _fmt_ratio(x):
+    return "%.3f" % x if x == x else "n/a"
+
+
+def run_table(runs):
+    by = {}
+    for name in ALLOCATORS:
+        rs = sorted((r for r in runs if r["allocator"] == name), key=lambda r: r.get("round", 0))
+        if rs:
+            by[name] = rs
+    reference = by["native"][0] if "native" in by else runs[0]
+    rounds = max(len(rs) for rs in by.values())
+    lines = [workload_title(reference, rounds)]
+    lines.append("  %-10s %13s %11s %6s %14s %19s  %s" % (
+        "allocator", "peak reserved", "peak live", "util", "step ms median", "spread (rounds)",
+        "losses vs %s round 1" % reference["allocator"]))
+    stats, worst = {}, 0.0
+    for name, rs in by.items():
+        peaks = [r["peak_reserved_bytes"] for r in rs]
+        live = max(r["peak_allocated_bytes"] or 0 for r in rs)
+        medians = [r.get("median_step_seconds") or
+                   median_after_warmup(r["step_seconds"], r.get("warmup", 3)) for r in rs]
+        abs_diff = rel_diff = 0.0
+        bitwise = True
+        for r in rs:
+            if len(r["losses"]) != len(reference["losses"]):
+                bitwise, abs_diff, rel_diff = False, float("inf"), float("inf")
+                continue
+            for a, b in zip(r["losses"], reference["losses"]):
+                if a != b:
+                    bitwise = False
+                    abs_diff = max(abs_diff, abs(a - b))
+                    rel_diff = max(rel_diff, abs(a - b) / max(abs(b), 1e-30))
+            if r.get("tokens_checksums") != reference.get("tokens_checksums"):
+                bitwise = False
+        worst = max(worst, rel_diff)
+        s = {"rounds": len(rs), "peak_reserved_bytes": max(peaks),
+             "peak_reserved_by_round": peaks, "peak_allocated_bytes": live,
+             "median_step_seconds": statistics.median(medians),
+             "step_seconds_spread": [min(medians), max(medians)],
+             "run_medians": medians, "losses_bitwise_equal": bitwise,
+             "loss_max_abs_diff": abs_diff, "loss_max_rel_diff": rel_diff}
+        if name == "memlake":
+            w = rs[0].get("warmup", 3)
+            s["critical_vmm_after_warmup"] = max(sum(r["critical_vmm_by_step"][w:]) for r in rs)
+            s["critical_vmm_total"] = max(sum(r["critical_vmm_by_step"]) for r in rs)
+            s["worker_vmm_total"] = max(sum(r["worker_vmm_by_step"]) for r in rs)
+            s["host_waits"] = max(r.get("host_waits", 0) for r in rs)
+            s["stitches"] = max(r.get("stitches", 0) for r in rs)
+        if name == "async":
+            sources = {(r.get("mempool") or {}).get("source", "?") for r in rs}
+            s["mempool_source"] = sorted(sources)
+        stats[name] = s
+        varies = "" if len(set(peaks)) == 1 else " (rounds %s GiB)" % "/".join(
+            "%.2f" % (p / GIB) for p in peaks)
+        losses = ("reference" if rs[0] is reference and len(rs) == 1 else
+                  "identical" if bitwise else "max abs diff %.3g, rel %.3g" % (abs_diff, rel_diff))
+        lines.append("  %-10s %9.2f GiB %7.2f GiB %6.3f %14.1f %8.1f-%-6.1f(%d)  %s%s" % (
+            name, max(peaks) / GIB, live / GIB, live / max(max(peaks), 1),
+            s["median_step_seconds"] * 1e3, min(medians) * 1e3, max(medians) * 1e3, len(rs),
+            losses, varies))
+    if "async" in stats:
+        for source in stats["async"]["mempool_source"]:
+            if source.startswith("unavailable"):
+                lines.append("  async peak reserved from torch.cuda.max_memory_reserved(): "
+                             "default mempool %s" % source)
+    targets = {}
+    if "memlake" in stats:
+        m = stats["memlake"]
+        lines.append("  memlake: critical-path VMM calls after warm-up %d (all steps %d), worker "
+                     "VMM calls %d, host waits %d, stitches %d" % (
+                         m["critical_vmm_after_warmup"], m["critical_vmm_total"],
+                         m["worker_vmm_total"], m["host_waits"], m["stitches"]))
+        others = [n for n in stats if n != "memlake"]
+        ratios = {n: m["peak_reserved_bytes"] / stats[n]["peak_reserved_bytes"] for n in others}
+        missing = [n for n in ALLOCATORS if n != "memlake" and n not in stats]
+        peak_met = bool(others) and all(x < 1 for x in ratios.values()) and not missing
+        lines.append("  target peak reserved below every other: %s (memlake / %s)%s" % (
+            "MET" if peak_met else "MISSED",
+            ", ".join("%s %.3f" % (n, x) for n, x in ratios.items()),
+            " (not measured: %s)" % ", ".join(missing) if missing else ""))
+        targets["peak_reserved_below_all"] = peak_met
+        targets["peak_reserved_ratio"] = ratios
+        fast = [n for n in ("native", "expandable") if n in stats]
+        if fast:
+            best = min(fast, key=lambda n: stats[n]["median_step_seconds"])
+            ratio = m["median_step_seconds"] / stats[best]["median_step_seconds"]
+            time_met = ratio <= 1.01
+            lines.append("  target step time <= 1.01x the faster of native/expandable (%s): %s "
+                         "(%s)" % (best, "MET" if time_met else "MISSED", _fmt_ratio(ratio)))
+            targets["step_time_ratio"] = ratio
+            targets["step_time_met"] = time_met
+        r0 = by["memlake"][0]
+        lines.append("  memlake critical-path VMM calls by step (round 1): %s"
+                     % r0["critical_vmm_by_step"])
+        lines.append("  memlake ms inside allocate by step (round 1): %s"
+                     % r0.get("allocate_ms_by_step"))
     # Deterministic kernels give bit-identical losses whatever the addresses;
     # an op without a deterministic kernel may differ in the last bits.
     ok = worst < 1e-3
-    print("  losses %s" % ("identical under every allocator" if worst == 0 else
-                           "within %.2g of native's" % worst if ok else "DIFFER"))
-    print("JSON " + json.dumps(results))
+    identical = all(s["losses_bitwise_equal"] for s in stats.values())
+    lines.append("  losses %s" % ("identical under every allocator and round" if identical else
+                                  "within %.2g of the reference" % worst if ok else "DIFFER"))
+    summary = {"kind": "summary", "workload": workload_title(reference, rounds),
+               "model": reference.get("model"), "seq_len": reference.get("seq_len"),
+               "batch": reference.get("batch"), "allocators": stats, "targets": targets,
+               "losses_ok": ok}
+    return "\n".join(lines), summary, ok
+
+
+# ---------------------------------------------------------------- --find-batch
+
+def find_batch(args):
+    allocators = allocator_list(args.allocators)
+    lo0, hi0 = int_range(args.batch_range)
+    per = max(1, args.jobs // len(allocators))  # tries at a time for each allocator
+    clock = Clock(args.time_budget)
+    pool = ThreadPoolExecutor(max_workers=per * len(allocators))
+    probes = []
+    lock = threading.Lock()
+
+    def probe(allocator, batch):
+        res = run_child(child_command(args, allocator, batch), timeout=clock.left())
+        clock.ran(res["seconds"])
+        p = probe_record(args, allocator, batch, res)
+        with lock:
+            probes.append(p)
+            print("%-10s batch %3d: %s" % (allocator, batch, probe_outcome(p)), flush=True)
+            emit(p)
+        return p
+
+    def search(allocator):
+        lo, hi = lo0 - 1, hi0 + 1  # largest that fits, smallest that does not
+        while hi - lo > 1:
+            if not clock.room_for_one():
+                with lock:
+                    print("%s: time budget spent with the answer in [%d, %d)" % (
+                        allocator, max(lo, 0), hi), flush=True)
+                return
+            inside = hi - lo - 1
+            if inside <= per:
+                points = list(range(lo + 1, hi))
+            else:
+                points = sorted({lo + int(round(i * (hi - lo) / (per + 1)))
+                                 for i in range(1, per + 1)})
+            results = list(pool.map(lambda b: probe(allocator, b), points))
+            if any(p["rc"] is None for p in results):
+                return  # killed by the time budget: no verdict
+            if any(not p["completed"] and not p["oom"] for p in results):
+                with lock:
+                    print("%s: a try failed other than by running out of memory: search stopped"
+                          % allocator, flush=True)
+                return
+            failing = [p["batch"] for p in results if not p["fits"]]
+            if failing:
+                hi = min(hi, min(failing))
+            fitting = [p["batch"] for p in results if p["fits"] and p["batch"] < hi]
+            if fitting:
+                lo = max(lo, max(fitting))
+
+    threads = [threading.Thread(target=search, args=(a,)) for a in allocators]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pool.shutdown()
+    ok = True
+    for text, summary in batch_tables(probes):
+        print(text)
+        emit(summary)
+        ok = ok and summary["complete"]
     return 0 if ok else 1
+
+
+def probe_record(args, allocator, batch, res):
+    record = res["record"] or {}
+    completed = res["rc"] == 0 and "losses" in record
+    cap = record.get("memory_cap_bytes")
+    reserved = record.get("peak_reserved_bytes")
+    # 2 MiB of slack: one VMM granule, against rounding in the allocators' own caps.
+    within = bool(completed and cap and reserved is not None and reserved <= cap + (2 << 20))
+    p = {"kind": "probe", "allocator": allocator, "model": args.model, "seq_len": args.seq_len,
+         "steps": args.steps, "memory_cap_gib": args.memory_cap_gib,
+         "batch_range": args.batch_range, "batch": batch, "rc": res["rc"],
+         "completed": completed, "oom": res["rc"] == OOM_EXIT, "within_cap": within,
+         "fits": within, "peak_reserved_bytes": reserved,
+         "peak_allocated_bytes": record.get("peak_allocated_bytes"),
+         "memory_cap_bytes": cap, "seconds": round(res["seconds"], 2),
+         "median_step_seconds": record.get("median_step_seconds")}
+    if p["oom"]:
+        p["oom_step"] = record.get("oom_step")
+        p["message"] = (record.get("message") or "")[:300]
+    elif not completed:
+        p["error"] = res["stderr"][-800:]
+    if allocator == "async" and record.get("mempool"):
+        p["mempool"] = record["mempool"]
+    return p
+
+
+def probe_outcome(p):
+    if p["fits"]:
+        return "fits, peak reserved %.2f GiB" % (p["peak_reserved_bytes"] / GIB)
+    if p["completed"]:
+        return "completed but reserved %.2f GiB, above the cap" % (p["peak_reserved_bytes"] / GIB)
+    if p["oom"]:
+        return "out of memory at step %s" % p.get("oom_step")
+    if p["rc"] is None:
+        return "killed (time budget)"
+    last = (p.get("error") or "").strip().splitlines()
+    return "FAILED (exit %s): %s" % (p["rc"], last[-1] if last else "")
+
+
+def batch_tables(probes):
+    """[(text, summary)] per (model, sequence length, cap) searched."""
+    groups = {}
+    for p in probes:
+        groups.setdefault((p["model"], p["seq_len"], p["memory_cap_gib"], p["steps"]),
+                          []).append(p)
+    return [batch_table(group) for group in groups.values()]
+
+
+def batch_table(probes):
+    first = probes[0]
+    lo0, hi0 = int_range(first.get("batch_range", "1:64"))
+    lines = ["%s, sequence length %d, %d steps, memory cap %g GiB "
+             "(set_per_process_memory_fraction), batches %d..%d" % (
+                 first["model"], first["seq_len"], first["steps"], first["memory_cap_gib"],
+                 lo0, hi0)]
+    lines.append("  %-10s %8s %15s %22s  %s" % (
+        "allocator", "largest", "smallest failing", "peak reserved largest", "tries"))
+    results = {}
+    for name in ALLOCATORS:
+        ps = sorted((p for p in probes if p["allocator"] == name), key=lambda p: p["batch"])
+        if not ps:
+            continue
+        decided = [p for p in ps if p["rc"] is not None]
+        failing = [p["batch"] for p in decided if not p["fits"]]
+        hi = min(failing) if failing else hi0 + 1
+        fitting = [p for p in decided if p["fits"] and p["batch"] < hi]
+        lo = max(p["batch"] for p in fitting) if fitting else lo0 - 1
+        at_lo = [p for p in fitting if p["batch"] == lo]
+        exact = hi - lo == 1
+        nonmonotonic = any(p["fits"] and p["batch"] > hi for p in decided)
+        completed = [p["batch"] for p in decided if p["completed"]]
+        r = {"largest_batch": lo if lo >= lo0 else 0,
+             "smallest_failing": hi if hi <= hi0 else None, "exact": exact,
+             "nonmonotonic": nonmonotonic, "largest_completed": max(completed, default=0),
+             "peak_reserved_at_largest": at_lo[0]["peak_reserved_bytes"] if at_lo else None,
+             "tries": [[p["batch"], probe_outcome(p)] for p in ps]}
+        results[name] = r
+        notes = []
+        if not exact:
+            notes.append("NOT RESOLVED: between %d and %d" % (max(lo, lo0 - 1) + 1, hi - 1))
+        if hi > hi0:
+            notes.append("fits at the top of the range")
+        if nonmonotonic:
+            notes.append("a larger batch fitted too (non-monotonic)")
+        over = [p["batch"] for p in decided if p["completed"] and not p["fits"]]
+        if over:
+            notes.append("completed but over the cap at %s" % over)
+        errors = [p["batch"] for p in decided if not p["completed"] and not p["oom"]]
+        if errors:
+            notes.append("FAILED (not OOM) at %s" % errors)
+        lines.append("  %-10s %8s %15s %22s  %s%s" % (
+            name, r["largest_batch"], hi if hi <= hi0 else "-",
+            "%.2f GiB" % (r["peak_reserved_at_largest"] / GIB)
+            if r["peak_reserved_at_largest"] else "-",
+            " ".join("%d%s" % (p["batch"], "+" if p["fits"] else "o" if p["oom"] else "!"
+                               if not p["completed"] else "^") for p in ps),
+            ("  " + "; ".join(notes)) if notes else ""))
+    lines.append("  (tries: + fits, o out of memory, ^ completed above the cap, ! failed)")
+    if "async" in results:
+        lines.append("  async: PyTorch's cudaMallocAsync backend caps the bytes of live "
+                     "allocations, not the pool; a try fits only if the pool's reserved peak "
+                     "stayed within the cap (largest completed: %d)"
+                     % results["async"]["largest_completed"])
+    target = None
+    if "memlake" in results:
+        m = results["memlake"]["largest_batch"]
+        others = {n: r["largest_batch"] for n, r in results.items() if n != "memlake"}
+        missing = [n for n in ALLOCATORS if n != "memlake" and n not in results]
+        complete = all(r["exact"] for r in results.values())
+        if complete and others and not missing:
+            target = all(m > x for x in others.values())
+        verdict = {True: "MET", False: "MISSED", None: "UNDECIDED"}[target]
+        lines.append("  target larger batch than every stock allocator: %s (memlake %d; %s)%s" % (
+            verdict, m, ", ".join("%s %d" % kv for kv in others.items()),
+            " (not measured: %s)" % ", ".join(missing) if missing else
+            "" if complete else " (not every search resolved)"))
+    complete = all(r["exact"] for r in results.values())
+    summary = {"kind": "batch-summary", "model": first["model"], "seq_len": first["seq_len"],
+               "memory_cap_gib": first["memory_cap_gib"], "allocators": results,
+               "target_met": target, "complete": complete}
+    return "\n".join(lines), summary
+
+
+# ---------------------------------------------------------------- --summarize
+
+def summarize(paths):
+    runs, probes = [], []
+    for path in paths:
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError as e:
+            print("%s: unreadable (%s)" % (path, e))
+            continue
+        for line in text.splitlines():
+            if not line.startswith("JSON "):
+                continue
+            try:
+                record = json.loads(line[5:])
+            except ValueError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            if record.get("kind") == "run":
+                runs.append(record)
+            elif record.get("kind") == "probe":
+                probes.append(record)
+    for text, _, _ in run_tables(runs):
+        print(text)
+    for text, _ in batch_tables(probes):
+        print(text)
+    if not runs and not probes:
+        print("%s: no runs recorded" % ", ".join(paths))
+    return 0
 
 
 def main():
     args = parse_args()
+    if args.summarize:
+        return summarize(args.summarize)
+    if args.find_batch:
+        return find_batch(args)
     if args.compare:
         return compare(args)
-    print(json.dumps(train(args)))
-    return 0
+    result, status = train(args)
+    print(json.dumps(result))
+    return status
 
 
 if __name__ == "__main__":
