@@ -34,18 +34,7 @@ grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/memcheck.log" | tee -a "$SUM
 
 step replay 120 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
   --allocator cudaMallocAsync --json --no-progress "$TRACES"/*.csv.gz
-grep '^{' "$OUT/replay.log" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    d = json.loads(line)
-    a = (d.get("cuda_async_measured") or {}).get("peak_reserved_bytes")
-    w = d["alloc_ns_after_warmup"]
-    print("  %-20s memlake %6.2f GiB util %.4f | cudaMallocAsync %s | after warm-up: alloc median %d ns p99 %d ns, critical VMM %d; by path %s" % (
-        d["trace"][:20], d["peak_reserved_bytes"] / 2**30, d["utilization"],
-        "%.2f GiB ratio %.3f" % (a / 2**30, d["peak_reserved_bytes"] / a) if a else "n/a",
-        w["median"], w["p99"], d["critical_path_vmm_calls_after_warmup"],
-        {k: (v["median"], v["p99"]) for k, v in d["alloc_ns_after_warmup_by_rung"].items() if v["count"]}))
-' | tee -a "$SUMMARY"
+python3 tools/device/replay_lines.py "$OUT/replay.log" | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
 step torch-tests 100 "$OUT/torch-tests.log" python3 python/tests/test_torch_gpu.py -v

@@ -40,22 +40,7 @@ for mode in inline thread; do
     --no-progress "$TRACES"/*.csv.gz
   grep '^{' "$OUT/replay.log" | tail -n "$(ls "$TRACES"/*.csv.gz | wc -l)" >"$OUT/replay-$mode.json"
 done
-python3 - "$OUT"/replay-inline.json "$OUT"/replay-thread.json <<'PY' | tee -a "$SUMMARY"
-import json, sys
-for path in sys.argv[1:]:
-    print(path.rsplit('/', 1)[-1])
-    for line in open(path):
-        d = json.loads(line)
-        a = d.get('cuda_async_measured') or {}
-        peak = a.get('peak_reserved_bytes')
-        ratio = d['peak_reserved_bytes'] / peak if peak else float('nan')
-        print('  %-18s memlake %6.2f GiB util %.4f | cudaMallocAsync %s GiB | ratio %.3f | '
-              'critical VMM after warm-up %s, by tenth %s | alloc p99 ns by tenth %s' % (
-                  d['trace'], d['peak_reserved_bytes'] / 2**30, d['utilization'],
-                  '%.2f' % (peak / 2**30) if peak else 'n/a', ratio,
-                  d['critical_path_vmm_calls_after_warmup'],
-                  d.get('critical_path_vmm_calls_by_tenth'), d.get('alloc_ns_p99_by_tenth')))
-PY
+python3 tools/device/replay_lines.py "$OUT"/replay-inline.json "$OUT"/replay-thread.json | tee -a "$SUMMARY"
 
 note "== pipeline_parallel on the GPU"
 for scale in 1 4 16; do

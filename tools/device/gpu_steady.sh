@@ -44,21 +44,7 @@ done
 step replay 200 "$OUT/replay.log" "$BUILD/tools/memlake-replay" --backend cuda \
   --allocator cudaMallocAsync --json --no-progress "$REPEATED"/*.csv.gz "$TRACES"/*.csv.gz
 rm -rf "$REPEATED"
-grep '^{' "$OUT/replay.log" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    d = json.loads(line)
-    a = d.get("cuda_async_measured") or {}
-    peak = a.get("peak_reserved_bytes")
-    w = d["alloc_ns_after_warmup"]
-    print("  %-30s memlake %6.2f GiB util %.4f | cudaMallocAsync %s | after warm-up: critical VMM %d, alloc median/p99 %d/%d ns (cudaMallocAsync %s), free median/p99 %d/%d ns | VMM by tenth %s" % (
-        d["trace"][:30], d["peak_reserved_bytes"] / 2**30, d["utilization"],
-        "%.2f GiB ratio %.3f" % (peak / 2**30, d["peak_reserved_bytes"] / peak) if peak else "n/a",
-        d["critical_path_vmm_calls_after_warmup"], w["median"], w["p99"],
-        "%s/%s ns" % (a.get("alloc_ns_after_warmup_median", "?"), a.get("alloc_ns_after_warmup_p99", "?")),
-        d["free_ns_median"], d["free_ns_p99"],
-        d["critical_path_vmm_calls_by_tenth"]))
-' | tee -a "$SUMMARY"
+python3 tools/device/replay_lines.py "$OUT/replay.log" | tee -a "$SUMMARY"
 
 export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
 # Fixed shapes (every step MEMLAKE_SEQ_LEN tokens), and with MEMLAKE_DYNAMIC=1

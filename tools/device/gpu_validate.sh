@@ -82,15 +82,5 @@ grep -E "^(test_|Ran|OK|FAILED)|Error:|refused|worked|skipped" "$OUT/python.log"
 note "== memlake-replay on the GPU beside cudaMallocAsync"
 step replay 120 "$OUT/replay.log" "$BIN/memlake-replay" --backend cuda --allocator cudaMallocAsync \
   --json --no-progress traces/*.csv.gz
-grep '^{' "$OUT/replay.log" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    d = json.loads(line)
-    a = (d.get("cuda_async_measured") or {}).get("peak_reserved_bytes")
-    w = d["alloc_ns_after_warmup"]
-    print("  %-20s memlake %6.2f GiB util %.4f | cudaMallocAsync %s | after warm-up: alloc median %d ns p99 %d ns, critical VMM %d" % (
-        d["trace"][:20], d["peak_reserved_bytes"] / 2**30, d["utilization"],
-        "%.2f GiB ratio %.3f" % (a / 2**30, d["peak_reserved_bytes"] / a) if a else "n/a",
-        w["median"], w["p99"], d["critical_path_vmm_calls_after_warmup"]))
-' | tee -a "$SUMMARY"
+python3 tools/device/replay_lines.py "$OUT/replay.log" | tee -a "$SUMMARY"
 note "== done in $(($(date +%s) - START))s"
