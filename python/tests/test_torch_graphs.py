@@ -96,6 +96,12 @@ class TorchGraphs(unittest.TestCase):
             pools = memlake.torch.exclusive_pool_handles(len(lengths))
             w = torch.randn(1024, 1024, device="cuda")
             xs = {n: torch.randn(n, 1024, device="cuda") for n in lengths}
+            # Warm up before capturing, as torch.cuda.graph requires: cuBLAS
+            # makes its handle and workspace on the first matmul, which a
+            # capture cannot do.
+            for n in lengths:
+                ((xs[n] @ w).relu() @ w.t()).sum(0)
+            torch.cuda.synchronize()
             graphs, outs = {}, {}
             for n, pool in zip(lengths, pools):
                 g = torch.cuda.CUDAGraph()

@@ -31,6 +31,10 @@ class CudaPlatform final : public Platform {
     std::vector<unsigned char> host(n);
     expected(host.data(), n, seed);
     if (cudaMemcpy(p, host.data(), n, cudaMemcpyHostToDevice) != cudaSuccess) std::abort();
+    // A copy from pageable memory may return before its DMA reaches the
+    // device, and a VMM unmap does not wait for it: the suites unmap right
+    // after filling, so the copy must be done first.
+    if (cudaDeviceSynchronize() != cudaSuccess) std::abort();
   }
   void read(const void* p, void* out, std::size_t n) override {
     if (cudaMemcpy(out, p, n, cudaMemcpyDeviceToHost) != cudaSuccess) std::abort();
