@@ -12,14 +12,14 @@
 //   (nvtxMemHeapRegister over it, unregistered when it is unmapped; an
 //   extension replaces the heap by one over the whole range), and every live
 //   block a region of its heap (nvtxMemRegionsRegister on allocation,
-//   nvtxMemRegionsUnregister on free). compute-sanitizer (--nvtx yes) then
-//   reports accesses to a block freed into memlake's cache, and initcheck
-//   sees new blocks as uninitialized.
+//   nvtxMemRegionsUnregister on free), for a tool that takes heaps over
+//   VMM-mapped ranges (compute-sanitizer 2025.3 refuses them: it takes heaps
+//   over cudaMalloc/cuMemAlloc allocations only; docs/profiling.md).
 //
 // Only this file's .cpp includes the NVTX headers (NVTX3, header-only; the
-// calls cost a branch each until a tool injects itself; without a tool the
-// first heap registration returns no heap, and the observer stops keeping
-// heaps and blocks). Built where the nvtx3 headers are found
+// calls cost a branch each until a tool injects itself; when the first heap
+// registration returns no heap, without a tool or with one that refuses it,
+// the observer stops keeping heaps and blocks). Built where the nvtx3 headers are found
 // (MEMLAKE_HAVE_NVTX).
 #pragma once
 

@@ -7,7 +7,11 @@
 //   freed     a kernel reads a block after it was freed into memlake's cache,
 //             where its range stays mapped: memcheck must report the read;
 //   past-end  a kernel reads the word after a 3 MiB block, inside the same
-//             mapped 4 MiB range: memcheck must report the read.
+//             mapped 4 MiB range: memcheck must report the read;
+//   heap-probe  registers NVTX heaps the way memlake does and the minimal
+//             way, over cudaMalloc memory and over a VMM-mapped range, and
+//             prints which ones the tool accepted, to tell which parameter
+//             a tool refuses.
 // --no-nvtx runs the same with nvtx:false: the planted reads then touch
 // mapped memory that no tool can tell from a live block, so memcheck reports
 // nothing, which shows that the NVTX calls are what it reports from.
@@ -23,8 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.hpp"
 #include "memlake/allocator.hpp"
 #include "memlake/config.hpp"
+#include "nvtx3/nvToolsExtMem.h"
 
 namespace {
 
@@ -79,7 +85,62 @@ bool planted_read(const void* p, std::uint32_t* sink) {
   return cuda_ok(cudaDeviceSynchronize(), "planted read");
 }
 
+// nvtxMemHeapRegister over [p, p + bytes): with memlake's category and
+// registered message (full) or with only what the API requires.
+bool heap_accepted(nvtxDomainHandle_t domain, void* p, std::size_t bytes, bool full) {
+  nvtxMemVirtualRangeDesc_t range{};
+  range.size = bytes;
+  range.ptr = p;
+  nvtxMemHeapDesc_t desc{};
+  desc.extCompatID = NVTX_EXT_COMPATID_MEM;
+  desc.structSize = sizeof desc;
+  desc.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
+  desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+  desc.typeSpecificDescSize = sizeof range;
+  desc.typeSpecificDesc = &range;
+  if (full) {
+    desc.category = 1;
+    desc.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    desc.message.registered = nvtxDomainRegisterStringA(domain, "probe heap");
+  }
+  nvtxMemHeapHandle_t heap = nvtxMemHeapRegister(domain, &desc);
+  if (heap != nullptr) nvtxMemHeapUnregister(domain, heap);
+  return heap != nullptr;
+}
+
+int heap_probe() {
+  nvtxDomainHandle_t domain = nvtxDomainCreateA("memlake-probe");
+  void* runtime = nullptr;
+  if (!cuda_ok(cudaMalloc(&runtime, 4 * kMiB), "cudaMalloc")) return 1;
+  memlake::CudaBackend backend;
+  const std::size_t g = backend.granularity();
+  memlake::ChunkHandle chunk{};
+  memlake::DevicePtr va = 0;
+  if (backend.create_chunk(g, &chunk) != memlake::Status::ok ||
+      backend.reserve(g, &va) != memlake::Status::ok ||
+      backend.map(va, g, chunk) != memlake::Status::ok ||
+      backend.set_access(va, g) != memlake::Status::ok) {
+    std::fprintf(stderr, "VMM: %s\n", backend.last_error().c_str());
+    return 1;
+  }
+  void* mapped = reinterpret_cast<void*>(va);
+  std::printf("heap over cudaMalloc memory, minimal: %s\n",
+              heap_accepted(domain, runtime, 4 * kMiB, false) ? "accepted" : "refused");
+  std::printf("heap over cudaMalloc memory, as memlake: %s\n",
+              heap_accepted(domain, runtime, 4 * kMiB, true) ? "accepted" : "refused");
+  std::printf("heap over a VMM-mapped range, minimal: %s\n",
+              heap_accepted(domain, mapped, g, false) ? "accepted" : "refused");
+  std::printf("heap over a VMM-mapped range, as memlake: %s\n",
+              heap_accepted(domain, mapped, g, true) ? "accepted" : "refused");
+  backend.unmap(va, g);
+  backend.release_chunk(chunk);
+  backend.unreserve(va, g);
+  cudaFree(runtime);
+  return 0;
+}
+
 int run(const std::string& mode, bool nvtx) {
+  if (mode == "heap-probe") return heap_probe();
   memlake::Config c;
   c.backend = memlake::BackendKind::cuda;
   c.nvtx = nvtx;
@@ -122,7 +183,7 @@ int run(const std::string& mode, bool nvtx) {
     if (!planted_read(static_cast<char*>(p) + 3 * kMiB, sink)) return 1;
     a.deallocate(p, 3 * kMiB);
   } else {
-    std::fprintf(stderr, "unknown mode '%s' (valid, freed, past-end)\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode '%s' (valid, freed, past-end, heap-probe)\n", mode.c_str());
     return 2;
   }
   cudaFree(sink);
@@ -134,7 +195,7 @@ int run(const std::string& mode, bool nvtx) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && std::strcmp(argv[2], "--no-nvtx") != 0)) {
-    std::fprintf(stderr, "usage: %s valid|freed|past-end [--no-nvtx]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s valid|freed|past-end|heap-probe [--no-nvtx]\n", argv[0]);
     return 2;
   }
   int devices = 0;
