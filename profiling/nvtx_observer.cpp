@@ -23,7 +23,7 @@ namespace {
 struct Names {
   nvtxDomainHandle_t domain = nullptr;
   nvtxStringHandle_t slow_allocation = nullptr, worker_job = nullptr, oom = nullptr,
-                     reclaim = nullptr, range = nullptr;
+                     reclaim = nullptr;
   nvtxStringHandle_t rung[kRungCount] = {};
   nvtxStringHandle_t job[3] = {};
 
@@ -33,7 +33,6 @@ struct Names {
     worker_job = nvtxDomainRegisterStringA(domain, "mapping worker job");
     oom = nvtxDomainRegisterStringA(domain, "out of memory");
     reclaim = nvtxDomainRegisterStringA(domain, "reclaim");
-    range = nvtxDomainRegisterStringA(domain, "memlake mapped range");
     for (int i = 0; i < kRungCount; ++i) {
       const std::string name = std::string("served by ") + rung_name(static_cast<Rung>(i));
       rung[i] = nvtxDomainRegisterStringA(domain, name.c_str());
@@ -104,9 +103,9 @@ void NvtxObserver::register_heap(std::uint64_t va, std::uint64_t bytes) {
   desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
   desc.typeSpecificDescSize = sizeof range;
   desc.typeSpecificDesc = &range;
-  desc.category = static_cast<std::uint32_t>(device_) + 1;
-  desc.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-  desc.message.registered = names().range;
+  // No category or message: compute-sanitizer 2025.3 refuses a heap that
+  // has them, even over cudaMalloc memory (tests/nvtx/sanitizer_check.cu,
+  // heap-probe).
   void* heap = nvtxMemHeapRegister(names().domain, &desc);
   // Without a tool NVTX hands back no heap: nothing listens to the memory
   // API, so its bookkeeping stops here (ranges and markers go on).

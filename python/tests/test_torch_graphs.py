@@ -113,11 +113,23 @@ class TorchGraphs(unittest.TestCase):
             shared = memlake.exclusive_group_bytes(group)
             largest = max(s["reserved_bytes"] for s in stats)
             assert shared <= 1.05 * largest, (shared, largest)
+            # Each graph's first replay, run before any other graph of the
+            # group, is its reference: a later replay interleaved with the
+            # others must give the same bits (same kernels, same inputs), or
+            # another graph's memory reached it. Against eager the check is
+            # relative to the output's scale: a captured matmul may take
+            # another cuBLAS algorithm than the eager one.
+            first = {}
             for i in range(200):
                 n = lengths[(i * 7) % len(lengths)]
                 memlake.torch.replay(graphs[n], pools[lengths.index(n)])
                 torch.cuda.synchronize()
-                assert torch.allclose(outs[n], ((xs[n] @ w).relu() @ w.t()).sum(0)), (i, n)
+                if n not in first:
+                    first[n] = outs[n].clone()
+                    ref = ((xs[n] @ w).relu() @ w.t()).sum(0)
+                    err = (outs[n] - ref).abs().max().item()
+                    assert err <= 1e-4 * ref.abs().max().item(), (n, err)
+                assert torch.equal(outs[n], first[n]), (i, n, (outs[n] - first[n]).abs().max().item())
             print("shared", shared, "largest", largest, "sum",
                   sum(s["reserved_bytes"] for s in stats))
         """)
