@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "backend/backend_detail.hpp"
@@ -153,6 +154,12 @@ void HostBackend::simulate(VmmOp op, std::size_t chunks) const {
     case VmmOp::count:
       break;
   }
+  // The driver runs one VMM call at a time for the whole process: on the
+  // H200 the training thread's calls cost up to 3x more while the mapping
+  // worker maps (docs/benchmarks.md, "Where the step time goes"), so the
+  // simulated calls of all threads take turns too.
+  static std::mutex driver;
+  std::lock_guard turn(driver);
   detail::spin_for(cost);
 }
 
