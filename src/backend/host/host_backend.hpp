@@ -14,7 +14,7 @@
 // Every handle, range and mapping is tracked in tables under one mutex, so a
 // wrong argument yields Status::invalid_argument and a message, never a
 // crash. With simulate_latency, each call busy-waits for the median H200
-// cost measured in traces/vmm_costs.txt.
+// cost measured in traces/vmm_costs.txt, one thread at a time.
 //
 // Limits (backend.hpp): the backend counts the memory mappings it makes the
 // kernel hold (each mapped chunk and each unmapped gap of a reservation is
