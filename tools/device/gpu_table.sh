@@ -47,16 +47,7 @@ if [[ -n ${MEMLAKE_LIBRARY:-} && -f ${MEMLAKE_LIBRARY:-} ]]; then
   note "== libmemlake.so: $MEMLAKE_LIBRARY (MEMLAKE_LIBRARY, not built)"
 else
   note "== build"
-  GENERATOR=()
-  command -v ninja >/dev/null && GENERATOR=(-G Ninja)
-  step configure 120 "$OUT/table-build.log" cmake -S . -B "$BUILD" "${GENERATOR[@]}" \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMEMLAKE_BUILD_TESTS=OFF \
-    -DMEMLAKE_BUILD_TOOLS=OFF -DMEMLAKE_BUILD_BENCH=OFF &&
-    step build 240 "$OUT/table-build.log" cmake --build "$BUILD" -j "$(nproc)" \
-      --target memlake_shared || {
-    tail -n 30 "$OUT/table-build.log" | tee -a "$SUMMARY"
-    exit 1
-  }
+  build "$BUILD" "$OUT/table-build.log" memlake_shared
   export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
 fi
 
