@@ -61,6 +61,8 @@
   X(critical_path_vmm_ns,    counter, "host ns of VMM calls made inside malloc/free")          \
   X(critical_path_event_ns,  counter, "host ns of event record/query/wait calls in malloc/free")\
   X(worker_vmm_ns,           counter, "host ns of VMM calls made by the background worker")   \
+  X(worker_turn_waits,       counter, "worker VMM calls that waited while malloc called the driver")\
+  X(worker_turn_wait_ns,     counter, "host ns the worker waited for malloc's driver calls")   \
   X(misuse_errors,           counter, "bad frees and other misuse reported")                 \
   X(graph_pools,             gauge,   "graph pools not yet freed")                            \
   X(graph_pool_bytes,        gauge,   "physical bytes graph pools hold (shared chunks once)") \

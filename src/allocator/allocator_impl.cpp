@@ -12,11 +12,17 @@ namespace memlake {
 
 namespace {
 
-std::unique_ptr<Backend> wrap_counting(std::unique_ptr<Backend> backend, CountingBackend** out) {
+// The stack every layer calls through: turn taking (outermost, so time a
+// background call waits for its turn is not counted as driver time), then
+// counting.
+std::unique_ptr<Backend> wrap(std::unique_ptr<Backend> backend, CountingBackend** counting,
+                              DriverTurns** turns) {
   if (!backend) throw error("memlake: no backend given");
-  auto counting = std::make_unique<CountingBackend>(std::move(backend));
-  *out = counting.get();
-  return counting;
+  auto counted = std::make_unique<CountingBackend>(std::move(backend));
+  *counting = counted.get();
+  auto taking = std::make_unique<TurnTakingBackend>(std::move(counted));
+  *turns = &taking->turns();
+  return taking;
 }
 
 const Config& validated(const Config& c) {
@@ -60,7 +66,7 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
           "memlake: the host's heap ran out inside the allocator (std::bad_alloc); the "
           "request was not served",
           0),
-      backend_(wrap_counting(std::move(backend), &counting_)),
+      backend_(wrap(std::move(backend), &counting_, &turns_)),
       profilers_(Profilers::install(config_, capacity_of(config_, *counting_), observers_)),
       pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_, refusal_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_, refusal_),
@@ -117,6 +123,9 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   // Past the rungs that reuse what is mapped, the work is driver calls:
   // observers see it as slow work until the climb ends.
   SlowWorkScope slow(observers_, SlowWork::allocation);
+  // The driver is this thread's first until the climb ends: a background
+  // worker makes no VMM call meanwhile.
+  DriverTurns::ForegroundTurn turn(p || config_.worker != WorkerMode::thread ? nullptr : turns_);
   if (!p) {
     slow.begin(request.size, stream);
     p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);

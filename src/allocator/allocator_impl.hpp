@@ -26,6 +26,7 @@
 
 #include "allocator/request_history.hpp"
 #include "backend/adaptors/counting_backend.hpp"
+#include "backend/adaptors/turn_taking_backend.hpp"
 #include "backend/backend.hpp"
 #include "common/node_pool.hpp"
 #include "common/observer_list.hpp"
@@ -109,6 +110,7 @@ class AllocatorImpl {
   // inside a call: made while memory is there.
   const memlake::out_of_memory host_oom_;
   CountingBackend* counting_ = nullptr;  // owned through backend_
+  DriverTurns* turns_ = nullptr;         // owned through backend_
   std::unique_ptr<Backend> backend_;
   mutable std::mutex mutex_;
   mutable Stats stats_;

@@ -21,6 +21,8 @@ Stats AllocatorImpl::stats() const {
   s.critical_path_vmm_ns.current = static_cast<std::int64_t>(counting_->critical_path_vmm_ns());
   s.critical_path_event_ns.current = static_cast<std::int64_t>(counting_->critical_path_event_ns());
   s.worker_vmm_ns.current = static_cast<std::int64_t>(counting_->worker_vmm_ns());
+  s.worker_turn_waits.current = static_cast<std::int64_t>(turns_->waits());
+  s.worker_turn_wait_ns.current = static_cast<std::int64_t>(turns_->wait_ns());
   s.backend_refusals.current = refusal_.count;
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)

@@ -63,7 +63,7 @@ void SegmentTable::backend_failure(const char* what, Status s, const std::string
 }
 
 Status SegmentTable::map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
-                               MappedRange* out) const {
+                               MappedRange* out, std::size_t chunks_per_access) const {
   std::size_t total = 0;
   for (auto [handle, size] : chunks) total += size;
   // Virtual space is cheap: room for later blocks to continue this one in
@@ -101,8 +101,15 @@ Status SegmentTable::map_range(const std::vector<std::pair<ChunkHandle, std::siz
     undo.mapped.emplace_back(va + offset, chunks[i].second);
     offset += chunks[i].second;
   }
-  s = backend_.set_access(va, total);
-  if (s != Status::ok) return fail(s);
+  for (std::size_t i = 0; i < chunks.size();) {
+    const std::size_t first = i;
+    const std::size_t end =
+        chunks.size() - i <= chunks_per_access ? chunks.size() : i + chunks_per_access;
+    std::size_t bytes = 0;
+    for (; i < end; ++i) bytes += chunks[i].second;
+    s = backend_.set_access(va + offsets[first], bytes);
+    if (s != Status::ok) return fail(s);
+  }
   out->va = va;
   out->va_size = va_size;
   out->total = total;

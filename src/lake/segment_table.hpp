@@ -138,10 +138,12 @@ class SegmentTable {
 
   // ---- mapping ----
   // Reserves a range for `chunks` (handle, size), maps each and grants access
-  // once over the whole range. On failure everything done is undone and the
-  // status says why. Touches no table state.
-  Status map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks,
-                   MappedRange* out) const;
+  // over them, `chunks_per_access` chunks per call (one call for all by
+  // default: access costs per handle, and one call costs least). On failure
+  // everything done is undone and the status says why. Touches no table
+  // state.
+  Status map_range(const std::vector<std::pair<ChunkHandle, std::size_t>>& chunks, MappedRange* out,
+                   std::size_t chunks_per_access = SIZE_MAX) const;
   SegmentId register_segment(std::vector<ChunkId> ids, MappedRange range, bool stitched);
   // Maps `ids` into a new segment; kNone when a resource of the backend runs
   // out (noted in the Refusal). Other backend failures throw.

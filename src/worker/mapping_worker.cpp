@@ -2,6 +2,7 @@
 #include "worker/mapping_worker.hpp"
 
 #include "backend/adaptors/counting_backend.hpp"
+#include "backend/adaptors/turn_taking_backend.hpp"
 
 namespace memlake {
 
@@ -69,6 +70,7 @@ void MappingWorker::run_job(std::unique_lock<std::mutex>* lock) {
 
 void MappingWorker::loop() {
   WorkerThreadScope worker;
+  BackgroundThreadScope gives_way_at_the_driver;
   std::unique_lock lock(lock_);
   for (;;) {
     wake_.wait(lock, [&] { return pending_ || stopping_; });

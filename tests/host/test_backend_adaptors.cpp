@@ -1,7 +1,8 @@
 // The backend adaptors over a HostBackend: the base forwards every call,
 // CountingBackend counts calls by kind and by thread (critical path, worker),
 // FaultBackend fails chosen calls without side effects or slows them down,
-// LimitingBackend behaves like a small device, and a stack of them reports
+// LimitingBackend behaves like a small device, TurnTakingBackend holds a
+// background thread's calls while the allocating thread has its turn, and a stack of them reports
 // the layer that failed. The backend contract itself runs over these stacks
 // too (tests/suites/test_backend_vm.cpp, test_backend_streams.cpp).
 #include <gmock/gmock.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/adaptors/limiting_backend.hpp"
+#include "backend/adaptors/turn_taking_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/errors.hpp"
 #include "suites/stream_jobs.hpp"
@@ -326,6 +329,55 @@ TEST(LimitingBackend, ConcurrentCreationsNeverOvershoot) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(created.load(), 10);
   EXPECT_EQ(l.physical_bytes(), 10 * kG);
+}
+
+// A background thread's call reserves address space while the foreground
+// holds two nested turns; it must not reach the backend until both end,
+// while the foreground's own calls pass. The pause only gives a wrong
+// implementation time to let the call through; nothing is timed.
+TEST(TurnTakingBackend, ABackgroundCallWaitsUntilEveryForegroundTurnEnds) {
+  TurnTakingBackend b(std::make_unique<HostBackend>(small(8)));
+  std::optional<DriverTurns::ForegroundTurn> outer, inner;
+  outer.emplace(&b.turns());
+  inner.emplace(&b.turns());
+  std::atomic<bool> done{false};
+  Status background = Status::error;
+  DevicePtr background_va = 0;
+  std::thread worker([&] {
+    BackgroundThreadScope gives_way;
+    background = b.reserve(kG, &background_va);
+    done = true;
+  });
+  DevicePtr va = 0;
+  ASSERT_EQ(b.reserve(kG, &va), Status::ok);  // the foreground never waits
+  ASSERT_EQ(b.unreserve(va, kG), Status::ok);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done);
+  inner.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(done);
+  outer.reset();
+  worker.join();
+  EXPECT_TRUE(done);
+  ASSERT_EQ(background, Status::ok);
+  EXPECT_EQ(b.unreserve(background_va, kG), Status::ok);
+  EXPECT_EQ(b.turns().waits(), 1u);
+  EXPECT_GT(b.turns().wait_ns(), 0u);
+}
+
+TEST(TurnTakingBackend, WithoutATurnHeldBackgroundCallsPassAtOnce) {
+  TurnTakingBackend b(std::make_unique<HostBackend>(small(8)));
+  { DriverTurns::ForegroundTurn none(nullptr); }  // a turn on nothing is allowed
+  std::thread worker([&] {
+    BackgroundThreadScope gives_way;
+    for (int i = 0; i < 100; ++i) {
+      DevicePtr va = 0;
+      ASSERT_EQ(b.reserve(kG, &va), Status::ok);
+      ASSERT_EQ(b.unreserve(va, kG), Status::ok);
+    }
+  });
+  worker.join();
+  EXPECT_EQ(b.turns().waits(), 0u);
 }
 
 TEST(BackendAdaptor, StackComposesAndReportsTheFailingLayer) {
