@@ -53,7 +53,7 @@ from . import stats as _stats
 from .torch_stats import memory_stats_from, memory_summary_from
 
 __all__ = [
-    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "is_enabled",
+    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "graph", "is_enabled",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "memory_summary", "oom_errors", "replay", "reset_peak_memory_stats",
     "snapshot", "stats", "torch_oom_error",
@@ -130,12 +130,43 @@ def _set_graph_hooks(hooks):
 def exclusive_pool_handles(n, device=None, check=False):
     """n graph pool handles for torch.cuda.graph(..., pool=h) whose pools share
     physical memory: the graphs captured into them must never run at the same
-    time (replay() orders them). With check, memlake counts overlaps it sees
+    time (replay() orders them). Capture into them with memlake.torch.graph,
+    which keeps the libraries' workspaces out of the pools. With check,
+    memlake counts overlaps it sees
     (graph_exclusive_overlaps) in graphs captured by memlake itself."""
     from . import exclusive_group, exclusive_pool_handle
     index = _device_index(device)
     group = exclusive_group(index, check)
     return [exclusive_pool_handle(group, index) for _ in range(n)]
+
+
+def _warm_up_libraries(stream):
+    """Makes cuBLAS's and cuBLASLt's workspaces for `stream` now, outside any
+    graph pool. PyTorch keeps one workspace per (cuBLAS handle, stream) for
+    the life of the process and makes it on the stream's first matmul; made
+    inside a capture it lands in that graph's pool, and every later capture on
+    the stream uses it. In an exclusive group that memory is also another
+    graph's buffers: the graphs would corrupt each other."""
+    with torch.cuda.stream(stream):
+        a = torch.ones(16, 16, device=stream.device)
+        torch.mm(a, a)
+        torch.addmm(a[0], a, a)  # a bias: the cuBLASLt path
+        for dtype in (torch.float16, torch.bfloat16):
+            h = a.to(dtype)
+            torch.addmm(h[0], h, h)
+    stream.synchronize()
+
+
+class graph(torch.cuda.graph):
+    """torch.cuda.graph for memlake's pools: the same arguments and behaviour,
+    and before capturing it makes the libraries' per-stream workspaces on the
+    capture stream outside the pool (see _warm_up_libraries). Use it to
+    capture into exclusive pools; torch.cuda.graph is enough for private and
+    shared pools."""
+
+    def __enter__(self):
+        _warm_up_libraries(self.capture_stream)
+        return super().__enter__()
 
 
 _last_replay = {}  # exclusive group -> torch.cuda.Event recorded after its last replay

@@ -98,14 +98,16 @@ class TorchGraphs(unittest.TestCase):
             xs = {n: torch.randn(n, 1024, device="cuda") for n in lengths}
             # Warm up before capturing, as torch.cuda.graph requires: cuBLAS
             # makes its handle and workspace on the first matmul, which a
-            # capture cannot do.
+            # capture cannot do. memlake.torch.graph also makes the capture
+            # stream's workspace outside the pools: made in the first capture
+            # it would sit in memory the other graphs of the group reuse.
             for n in lengths:
                 ((xs[n] @ w).relu() @ w.t()).sum(0)
             torch.cuda.synchronize()
             graphs, outs = {}, {}
             for n, pool in zip(lengths, pools):
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool):
+                with memlake.torch.graph(g, pool=pool):
                     outs[n] = ((xs[n] @ w).relu() @ w.t()).sum(0)
                 graphs[n] = g
             stats = [memlake.pool_stats(p) for p in pools]
