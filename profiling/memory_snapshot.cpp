@@ -176,12 +176,8 @@ std::string Timeline::snapshot_json_of(const Copy& c) {
         break;
     }
   }
-  o += "]],\n\"memlake\":{\"device\":";
-  json::number(o, std::int64_t{c.device});
-  o += ",\"events_kept\":";
-  json::number(o, std::uint64_t{c.records.size()});
-  o += ",\"events_dropped\":";
-  json::number(o, c.recorded - c.records.size());
+  o += "]],\n\"memlake\":{";
+  window_fields(o, c);
   o += ",\"live_bytes\":";
   json::number(o, c.totals.live);
   o += ",\"reserved_bytes\":";

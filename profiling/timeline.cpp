@@ -124,28 +124,26 @@ void Timeline::on_free(const FreeEvent& e) {
   live_.erase(ptr);
 }
 
-void Timeline::on_map(const MapEvent& e) {
-  std::lock_guard lock(lock_);
+void Timeline::push_mapping(Kind kind, const MapEvent& e) {
   Record r;
   r.ns = now();
   r.addr = e.va;
   r.size = e.bytes;
-  r.kind = Kind::map;
+  r.kind = kind;
   r.detail = e.stitched ? 1 : 0;
   push(r);
+}
+
+void Timeline::on_map(const MapEvent& e) {
+  std::lock_guard lock(lock_);
+  push_mapping(Kind::map, e);
   interval_add(ranges_, e.va, e.bytes, e.stitched);
   totals_.mapped += static_cast<std::int64_t>(e.bytes);
 }
 
 void Timeline::on_unmap(const MapEvent& e) {
   std::lock_guard lock(lock_);
-  Record r;
-  r.ns = now();
-  r.addr = e.va;
-  r.size = e.bytes;
-  r.kind = Kind::unmap;
-  r.detail = e.stitched ? 1 : 0;
-  push(r);
+  push_mapping(Kind::unmap, e);
   interval_remove(ranges_, e.va, e.bytes);
   totals_.mapped -= static_cast<std::int64_t>(e.bytes);
 }

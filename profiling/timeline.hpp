@@ -126,10 +126,14 @@ class Timeline final : public Observer, private ClosesAtExit {
 
   static std::string trace_json_of(const Copy& c);     // timeline_json.cpp
   static std::string snapshot_json_of(const Copy& c);  // memory_snapshot.cpp
+  // The fields both describe the recorded window with: "device",
+  // "events_kept", "events_dropped" (timeline_json.cpp).
+  static void window_fields(std::string& out, const Copy& c);
 
  private:
   std::int64_t now() const;
-  void push(const Record& r);  // with lock_ held
+  void push(const Record& r);                       // with lock_ held
+  void push_mapping(Kind kind, const MapEvent& e);  // with lock_ held
   void add_range(std::uint64_t va, std::uint64_t bytes, bool stitched);
   void remove_range(std::uint64_t va, std::uint64_t bytes);
 

@@ -156,6 +156,15 @@ void block_args(std::string& o, std::uint64_t ptr, std::uint64_t size, std::uint
 
 }  // namespace
 
+void Timeline::window_fields(std::string& o, const Copy& c) {
+  o += "\"device\":";
+  json::number(o, std::int64_t{c.device});
+  o += ",\"events_kept\":";
+  json::number(o, std::uint64_t{c.records.size()});
+  o += ",\"events_dropped\":";
+  json::number(o, c.recorded - c.records.size());
+}
+
 std::string Timeline::trace_json_of(const Copy& current) {
   Copy c = current;
   rewind(c);
@@ -174,12 +183,8 @@ std::string Timeline::trace_json_of(const Copy& current) {
       w.stream_track(r.stream);
 
   std::string& o = w.out();
-  o += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"source\":\"memlake timeline\",\"device\":";
-  json::number(o, std::int64_t{c.device});
-  o += ",\"events_kept\":";
-  json::number(o, std::uint64_t{c.records.size()});
-  o += ",\"events_dropped\":";
-  json::number(o, c.recorded - c.records.size());
+  o += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"source\":\"memlake timeline\",";
+  window_fields(o, c);
   o += ",\"ring_capacity\":";
   json::number(o, std::uint64_t{c.capacity_events});
   o += "},\"traceEvents\":[";

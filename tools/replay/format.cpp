@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "profiling/json_text.hpp"
+
 namespace memlake {
 
 std::string fmt(const char* format, double v) {
@@ -77,32 +79,7 @@ Json& Json::null() {
 }
 
 Json& Json::str(std::string_view v) {
-  s_ += '"';
-  for (char c : v) {
-    switch (c) {
-      case '"':
-        s_ += "\\\"";
-        break;
-      case '\\':
-        s_ += "\\\\";
-        break;
-      case '\n':
-        s_ += "\\n";
-        break;
-      case '\t':
-        s_ += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          s_ += buf;
-        } else {
-          s_ += c;
-        }
-    }
-  }
-  s_ += '"';
+  json::string(s_, v);
   return *this;
 }
 
