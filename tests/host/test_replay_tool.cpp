@@ -136,7 +136,7 @@ TEST(ReplayTool, ExceptionsOfAnyKindFromTheBackendAreNamed) {
     BackendFactory backend;
     const char* cause;
   };
-    const Case cases[] = {
+  const Case cases[] = {
       {throwing(std::runtime_error("driver on fire")), "(std::runtime_error): driver on fire"},
       {throwing(misuse("bad\nfree")), "misuse (memlake::misuse): bad free"},
       {throwing(42), "an exception that is not a std::exception"},
@@ -286,6 +286,30 @@ TEST(ReplayTool, AllocatorTimesAreInTheJsonAndTheTable) {
   EXPECT_THAT(table.out, AllOf(HasSubstr("allocator time"), HasSubstr("in allocate and deallocate"),
                                HasSubstr("of it in VMM calls"), HasSubstr("warm allocate")));
   EXPECT_THAT(table.out, Not(HasSubstr("beyond needed")));
+}
+
+// The trace's gaps add up to 40 ms: paced at 1 the replay spins through
+// them (a lower bound only: nothing here is timed against a limit), paced at
+// 0 it does not, and a bad factor is bad input.
+TEST(ReplayTool, PaceSpinsThroughTheTracesGaps) {
+  TraceFile trace("replay_tool_pace.csv",
+                  "# memlake-trace v1 workload=paced\n"
+                  "ts_us,op,id,bytes,stream\n"
+                  "0,alloc,1,4194304,0\n"
+                  "20000,alloc,2,4194304,0\n"
+                  "30000,free,1,4194304,0\n"
+                  "40000,free,2,4194304,0\n");
+  const ToolRun paced = run_tool({"--json", "--pace", "1", trace.path()});
+  ASSERT_EQ(paced.status, kExitOk) << paced.err;
+  // memlake's own "seconds" follows "events_replayed" (the GMLake policy's
+  // comes earlier, inside its object).
+  const std::size_t at = paced.out.find("\"events_replayed\":");
+  ASSERT_NE(at, std::string::npos) << paced.out;
+  const std::size_t key = paced.out.find("\"seconds\":", at);
+  ASSERT_NE(key, std::string::npos) << paced.out;
+  EXPECT_GE(std::strtod(paced.out.c_str() + key + 10, nullptr), 0.040) << paced.out;
+  EXPECT_EQ(run_tool({"--pace", "-1", trace.path()}).status, kExitBadInput);
+  EXPECT_EQ(run_tool({"--pace", "fast", trace.path()}).status, kExitBadInput);
 }
 
 TEST(ReplayToolDeathTest, AnExceptionOnAnotherThreadEndsWithStatusThree) {

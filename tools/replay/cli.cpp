@@ -115,6 +115,7 @@ class TraceReplays {
     setup_.alloc_of = &l.alloc_of;
     setup_.warmup_fraction = o.warmup;
     setup_.slowest = o.slowest;
+    setup_.pace = o.pace;
     setup_.series_points = o.svg.empty() ? 0 : kSvgPoints;
     setup_.progress.enabled = progress;
     setup_.progress.stream = context.err;

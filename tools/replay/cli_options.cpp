@@ -70,6 +70,13 @@ options:
                          queries, VMM calls, lock waits, bytes retired); a
                          stats snapshot around every allocation after
                          warm-up, outside its timing
+  --pace FACTOR          between two events the replaying thread spins for
+                         FACTOR times the trace's gap between them (at most
+                         1 s): the host work of the recorded program (kernel
+                         launches) between its allocations, so a worker on its
+                         thread gets the gaps it gets in training; "seconds"
+                         then stands for the allocating thread's time, host
+                         work and allocator together (default 0: back to back)
   --json                 one JSON object per trace per line, instead of tables
   --svg FILE             memory over time: live bytes, reserved bytes of
                          memlake and of the GMLake policy, the baselines'
@@ -196,7 +203,7 @@ class ArgReader {
 };
 
 // --backend, --conf, --capacity, --min-capacity, --needed, --policy,
-// --allocator, --warmup, --slowest. False: not one of them.
+// --allocator, --warmup, --slowest, --pace. False: not one of them.
 bool parse_replay_option(ArgReader& a, ToolOptions& o) {
   const std::string& arg = a.arg();
   if (arg == "--backend") {
@@ -226,6 +233,8 @@ bool parse_replay_option(ArgReader& a, ToolOptions& o) {
     o.cuda_async = true;
   } else if (arg == "--warmup") {
     o.warmup = a.number(0, 1, "a fraction between 0 and 1");
+  } else if (arg == "--pace") {
+    o.pace = a.number(0, 1000, "a factor from 0 to 1000");
   } else if (arg == "--slowest") {
     const std::string v = a.value();
     char* end = nullptr;

@@ -27,6 +27,7 @@ struct ToolOptions {
   GmlakeOptions gmlake;
   double warmup = 0.3;
   std::size_t slowest = 0;
+  double pace = 0;  // --pace
   bool json = false;
   std::string svg;
   bool svg_ts = false;

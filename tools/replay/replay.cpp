@@ -312,6 +312,7 @@ class MemlakeReplay {
     const Clock::time_point start = Clock::now();
     std::size_t i = 0;
     for (; i < n_; ++i) {
+      if (setup_.pace > 0 && i > 0) spin_for_gap(i);
       at_boundaries(i);
       if (trace_.events[i].op == TraceOp::alloc) {
         if (!replay_alloc(i)) break;
@@ -331,6 +332,18 @@ class MemlakeReplay {
     if (warm_ >= i) {  // warm-up never ended
       allocs_at_warmup_ = alloc_ns_.size();
       frees_at_warmup_ = free_ns_.size();
+    }
+  }
+
+  // The recorded program's host work between events i-1 and i, as a busy
+  // thread: the worker gets the other cores, as beside a training thread.
+  void spin_for_gap(std::size_t i) const {
+    const std::uint64_t a = trace_.events[i - 1].ts_us, b = trace_.events[i].ts_us;
+    if (b <= a) return;
+    const double ns = std::min(1e9, static_cast<double>(b - a) * 1000.0 * setup_.pace);
+    const Clock::time_point until =
+        Clock::now() + std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+    while (Clock::now() < until) {
     }
   }
 

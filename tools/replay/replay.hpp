@@ -83,6 +83,10 @@ struct ReplaySetup {
   // Keep the this many slowest allocations after warm-up, each with what it
   // changed in the stats (a stats snapshot around every one of them).
   std::size_t slowest = 0;
+  // Before each event after the first, spin for this many times the trace's
+  // gap since the previous event (at most 1 s): the recorded program's own
+  // host work. 0: events back to back.
+  double pace = 0;
   Progress progress;
   BackendFactory backend;
   // Also told every event of the replay (added before the first event,

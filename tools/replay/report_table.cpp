@@ -179,7 +179,7 @@ void print_counters(std::FILE* out, const Stats& s) {
   line(out, "rungs", rungs);
   line(out, "stitches",
        count(s.stitches.current) + " (" + count(s.evictions.current) + " cached segments evicted)");
-    line(out, "OOMs", count(s.ooms.current));
+  line(out, "OOMs", count(s.ooms.current));
   if (s.mapping_units_budget.current != 0 || s.backend_refusals.current != 0)
     line(out, "limits",
          "mapping units peak " + count(s.mapping_units.peak) + " of a budget of " +
