@@ -11,14 +11,11 @@ namespace memlake::worker {
 
 namespace {
 constexpr std::size_t kMinChunks = 8;  // below this a stitch on demand is cheap enough
-// Access is granted a few chunks per call: the driver serializes calls and
-// access costs per handle (about 29 us on an H200), so an allocating thread
-// that needs the driver waits for at most this much of the worker's work.
-constexpr std::size_t kChunksPerAccess = 4;
 }  // namespace
 
-Jobs::Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers)
-    : pool_(lake.pool()),
+Jobs::Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers, std::size_t chunks_per_access)
+    : chunks_per_access_(chunks_per_access),
+      pool_(lake.pool()),
       table_(lake.segments()),
       demand_(lake.demand()),
       options_(lake.options()),
@@ -137,7 +134,7 @@ void Jobs::execute(Job& job) const {
     }
     if (plan.status == Status::ok) {
       try {
-        plan.status = table_.map_range(plan.handles, &plan.range, kChunksPerAccess);
+        plan.status = table_.map_range(plan.handles, &plan.range, chunks_per_access_);
       } catch (const std::bad_alloc&) {  // before anything was mapped
         plan.status = Status::out_of_host_memory;
       }

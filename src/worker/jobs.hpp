@@ -43,7 +43,9 @@ struct Job {
 
 class Jobs {
  public:
-  Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers);
+  // `chunks_per_access`: chunks granted access per driver call when a
+  // consolidation maps its range (MappingWorker says why it may be few).
+  Jobs(lake::Lake& lake, Stats& stats, ObserverList& observers, std::size_t chunks_per_access);
 
   // Free memory is scattered after a request had to stitch, the reserve is
   // short, or more is mapped than the budget allows. Catches the segments up.
@@ -67,6 +69,7 @@ class Jobs {
   void abandon(StitchPlan& plan, std::size_t adopted);
   void keep(std::vector<lake::Zombie>& zombies);
 
+  const std::size_t chunks_per_access_;
   lake::ChunkPool& pool_;
   lake::SegmentTable& table_;
   lake::Demand& demand_;

@@ -1,14 +1,26 @@
 // The mapping worker's thread and its inline (deterministic) twin.
 #include "worker/mapping_worker.hpp"
 
+#include <cstdint>
+
 #include "backend/adaptors/counting_backend.hpp"
 #include "backend/adaptors/turn_taking_backend.hpp"
 
 namespace memlake {
 
+namespace {
+// On its own thread the worker grants access a few chunks per call: the
+// driver serializes calls and access costs per handle (about 29 us on an
+// H200), so an allocating thread that needs the driver waits for at most
+// this much of the worker's work (TurnTakingBackend). Inline, one call.
+std::size_t chunks_per_access(WorkerMode mode) {
+  return mode == WorkerMode::thread ? 4 : SIZE_MAX;
+}
+}  // namespace
+
 MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats,
                              ObserverList& observers, WorkerMode mode)
-    : lock_(allocator_lock), jobs_(lake, stats, observers), mode_(mode) {
+    : lock_(allocator_lock), jobs_(lake, stats, observers, chunks_per_access(mode)), mode_(mode) {
   if (mode_ == WorkerMode::thread) thread_ = std::thread([this] { loop(); });
 }
 
