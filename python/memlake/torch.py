@@ -157,16 +157,24 @@ def _warm_up_libraries(stream):
     stream.synchronize()
 
 
-class graph(torch.cuda.graph):
-    """torch.cuda.graph for memlake's pools: the same arguments and behaviour,
-    and before capturing it makes the libraries' per-stream workspaces on the
-    capture stream outside the pool (see _warm_up_libraries). Use it to
-    capture into exclusive pools; torch.cuda.graph is enough for private and
-    shared pools."""
+_graph_class = None
 
-    def __enter__(self):
-        _warm_up_libraries(self.capture_stream)
-        return super().__enter__()
+
+def graph(cuda_graph, pool=None, stream=None, **kwargs):
+    """torch.cuda.graph(cuda_graph, pool, stream, ...) for memlake's pools:
+    the same arguments and behaviour, and before capturing it makes the
+    libraries' per-stream workspaces on the capture stream outside the pool
+    (see _warm_up_libraries). Use it to capture into exclusive pools;
+    torch.cuda.graph is enough for private and shared pools."""
+    global _graph_class
+    if _graph_class is None:
+        class WarmedGraph(torch.cuda.graph):
+            def __enter__(self):
+                _warm_up_libraries(self.capture_stream)
+                return super().__enter__()
+
+        _graph_class = WarmedGraph
+    return _graph_class(cuda_graph, pool=pool, stream=stream, **kwargs)
 
 
 _last_replay = {}  # exclusive group -> torch.cuda.Event recorded after its last replay

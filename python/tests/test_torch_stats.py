@@ -117,6 +117,53 @@ class TorchFunctions(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("memlake memory summary, device 0", r.stdout)
 
+    def test_graph_makes_the_capture_streams_workspaces_before_capturing(self):
+        # Stand-ins for the torch calls memlake.torch.graph makes, logging
+        # them: every matmul must run on the capture stream, and all of them
+        # before the capture (torch.cuda.graph.__enter__) begins.
+        code = textwrap.dedent("""
+            import contextlib, torch, memlake.torch
+            log, current = [], ["default"]
+            class Stream:
+                device = "cuda:0"
+                def synchronize(self): log.append("sync")
+            capture = Stream()
+            class TorchGraph:
+                def __init__(self, g, pool=None, stream=None, **kw):
+                    self.capture_stream = stream or capture
+                    log.append(("init", g, pool))
+                def __enter__(self):
+                    log.append("capture begins"); return self
+                def __exit__(self, *a):
+                    log.append("capture ends")
+            @contextlib.contextmanager
+            def stream(s):
+                current[0] = s; yield; current[0] = "default"
+            class T:
+                def to(self, dtype): return T()
+                def __getitem__(self, i): return T()
+            def op(name):
+                def run(*a): log.append((name, current[0] is capture)); return T()
+                return run
+            torch.cuda.graph, torch.cuda.stream = TorchGraph, stream
+            torch.ones, torch.mm, torch.addmm = (lambda *a, **k: T()), op("mm"), op("addmm")
+            torch.float16, torch.bfloat16 = "f16", "bf16"
+            with memlake.torch.graph("g", pool=(0, 7)):
+                log.append("body")
+            begin = log.index("capture begins")
+            ops = [e for e in log if isinstance(e, tuple) and e[0] in ("mm", "addmm")]
+            assert log[0] == ("init", "g", (0, 7)), log
+            assert len(ops) == 4 and all(on_capture for _, on_capture in ops), log
+            assert max(log.index(e) for e in ops) < log.index("sync") < begin, log
+            assert log[begin:] == ["capture begins", "body", "capture ends"], log
+            print("warmed")
+        """)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env=support.child_env([support.FAKE_TORCH_DIR],
+                                                              MEMLAKE_CONF="backend:host"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("warmed", r.stdout)
+
 
 if __name__ == "__main__":
     support.main()
