@@ -5,7 +5,7 @@ what fits)."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from compare import Clock, child_command, emit, run_child
+from compare import Clock, child_command, emit, run_child, table_order
 from train import ALLOCATORS, GIB, OOM_EXIT, allocator_list, int_range
 
 
@@ -130,7 +130,7 @@ def batch_table(probes):
     lines.append("  %-10s %8s %15s %22s  %s" % (
         "allocator", "largest", "smallest failing", "peak reserved largest", "tries"))
     results = {}
-    for name in ALLOCATORS:
+    for name in table_order(probes):
         ps = sorted((p for p in probes if p["allocator"] == name), key=lambda p: p["batch"])
         if not ps:
             continue
@@ -178,7 +178,8 @@ def batch_table(probes):
     target = None
     if "memlake" in results:
         m = results["memlake"]["largest_batch"]
-        others = {n: r["largest_batch"] for n, r in results.items() if n != "memlake"}
+        others = {n: r["largest_batch"] for n, r in results.items()
+                  if n in ALLOCATORS and n != "memlake"}
         missing = [n for n in ALLOCATORS if n != "memlake" and n not in results]
         complete = all(r["exact"] for r in results.values())
         if complete and others and not missing:

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from train import ALLOCATORS, GIB, allocator_list, int_range, median_after_warmup
+from train import ALLOCATORS, GIB, allocator_list, int_range, median_after_warmup, split_variant
 
 TRAIN = Path(__file__).resolve().with_name("train.py")
 
@@ -19,13 +19,17 @@ TRAIN = Path(__file__).resolve().with_name("train.py")
 # ---------------------------------------------------------------- child processes
 
 def child_command(args, allocator, batch=None):
-    cmd = [sys.executable, str(TRAIN), "--allocator", allocator,
+    base, options = split_variant(allocator)
+    cmd = [sys.executable, str(TRAIN), "--allocator", base,
            "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--batch", str(args.batch if batch is None else batch), "--max-seq", str(args.max_seq),
            "--seq-len", str(args.seq_len), "--seed", str(args.seed),
            "--new-tokens", args.new_tokens, "--init-device", args.init_device]
-    if args.memlake_conf:
-        cmd += ["--memlake-conf", args.memlake_conf]
+    conf = ",".join(c for c in (args.memlake_conf, options) if c)
+    if conf:
+        cmd += ["--memlake-conf", conf]
+    if options:
+        cmd += ["--label", allocator]
     if args.memory_cap_gib > 0:
         cmd += ["--memory-cap-gib", repr(args.memory_cap_gib)]
     return cmd
@@ -153,12 +157,18 @@ def _fmt_ratio(x):
     return "%.3f" % x if x == x else "n/a"
 
 
+def table_order(runs):
+    """The allocators of `runs`: the stock ones and memlake in ALLOCATORS' order, then memlake
+    with options of its own in the order they first ran."""
+    seen = list(dict.fromkeys(r["allocator"] for r in runs))
+    return [n for n in ALLOCATORS if n in seen] + [n for n in seen if n not in ALLOCATORS]
+
+
 def run_table(runs):
     by = {}
-    for name in ALLOCATORS:
-        rs = sorted((r for r in runs if r["allocator"] == name), key=lambda r: r.get("round", 0))
-        if rs:
-            by[name] = rs
+    for name in table_order(runs):
+        by[name] = sorted((r for r in runs if r["allocator"] == name),
+                          key=lambda r: r.get("round", 0))
     reference = by["native"][0] if "native" in by else runs[0]
     rounds = max(len(rs) for rs in by.values())
     lines = [workload_title(reference, rounds)]
@@ -191,7 +201,7 @@ def run_table(runs):
              "step_seconds_spread": [min(medians), max(medians)],
              "run_medians": medians, "losses_bitwise_equal": bitwise,
              "loss_max_abs_diff": abs_diff, "loss_max_rel_diff": rel_diff}
-        if name == "memlake":
+        if split_variant(name)[0] == "memlake":
             w = rs[0].get("warmup", 3)
             s["critical_vmm_after_warmup"] = max(sum(r["critical_vmm_by_step"][w:]) for r in rs)
             s["critical_vmm_total"] = max(sum(r["critical_vmm_by_step"]) for r in rs)
@@ -222,7 +232,7 @@ def run_table(runs):
                      "VMM calls %d, host waits %d, stitches %d" % (
                          m["critical_vmm_after_warmup"], m["critical_vmm_total"],
                          m["worker_vmm_total"], m["host_waits"], m["stitches"]))
-        others = [n for n in stats if n != "memlake"]
+        others = [n for n in stats if n in ALLOCATORS and n != "memlake"]
         ratios = {n: m["peak_reserved_bytes"] / stats[n]["peak_reserved_bytes"] for n in others}
         missing = [n for n in ALLOCATORS if n != "memlake" and n not in stats]
         peak_met = bool(others) and all(x < 1 for x in ratios.values()) and not missing
@@ -241,6 +251,18 @@ def run_table(runs):
                          "(%s)" % (best, "MET" if time_met else "MISSED", _fmt_ratio(ratio)))
             targets["step_time_ratio"] = ratio
             targets["step_time_met"] = time_met
+        for name in (n for n in stats if n not in ALLOCATORS):
+            v = stats[name]
+            line = "  %s: peak reserved %.3fx memlake's" % (
+                name, v["peak_reserved_bytes"] / m["peak_reserved_bytes"])
+            if fast:
+                line += ", step time %.3fx %s's" % (
+                    v["median_step_seconds"] / stats[best]["median_step_seconds"], best)
+                targets.setdefault("step_time_ratio_by_variant", {})[name] = (
+                    v["median_step_seconds"] / stats[best]["median_step_seconds"])
+            line += ", critical-path VMM calls %d, worker VMM calls %d" % (
+                v["critical_vmm_total"], v["worker_vmm_total"])
+            lines.append(line)
         r0 = by["memlake"][0]
         lines.append("  memlake critical-path VMM calls by step (round 1): %s"
                      % r0["critical_vmm_by_step"])

@@ -34,7 +34,10 @@ tokens at MAX.
 Allocators: `native` (PyTorch's caching allocator), `expandable`
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), `async`
 (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), `memlake`
-(memlake.torch.enable()). Each run is its own process: PyTorch picks its
+(memlake.torch.enable()), and with --allocators memlake with options of its
+own, `memlake/KEY:VALUE[/KEY:VALUE...]` (`memlake/worker:off`), run in the
+same rounds and tabled after the others with its step time and peak
+reserved against memlake's defaults. Each run is its own process: PyTorch picks its
 allocator once per process (a PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF
 of the caller's is dropped, so `native` is PyTorch's default). Peak reserved
 is torch.cuda.max_memory_reserved() for native and expandable,
@@ -92,7 +95,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--allocator", choices=ALLOCATORS, default="memlake")
     p.add_argument("--allocators", default=",".join(ALLOCATORS),
-                   help="for --compare and --find-batch: which, comma-separated")
+                   help="for --compare and --find-batch: which, comma-separated; memlake with "
+                        "options of its own as memlake/KEY:VALUE[/KEY:VALUE...] "
+                        "(memlake/worker:off), run and tabled beside the others")
+    p.add_argument("--label", default="",
+                   help="the allocator's name in the JSON record (default: --allocator)")
     p.add_argument("--model", choices=MODELS, default="gpt2-recompute")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3,
@@ -139,11 +146,25 @@ def int_range(text):
     return lo, hi
 
 
+def split_variant(name):
+    """("memlake", "worker:off,large_chunk:64M") for "memlake/worker:off/large_chunk:64M";
+    (name, "") for a plain allocator."""
+    base, *options = name.split("/")
+    return base, ",".join(options)
+
+
 def allocator_list(text):
     names = [x.strip() for x in text.split(",") if x.strip()]
     for name in names:
-        if name not in ALLOCATORS:
+        base, options = split_variant(name)
+        if base not in ALLOCATORS:
             raise SystemExit("unknown allocator %r (known: %s)" % (name, ", ".join(ALLOCATORS)))
+        if options and base != "memlake":
+            raise SystemExit("%r: only memlake takes options (memlake/KEY:VALUE)" % name)
+        if "/" in name and not all(":" in o for o in name.split("/")[1:]):
+            raise SystemExit("%r: options are KEY:VALUE, joined by /" % name)
+    if len(set(names)) != len(names):
+        raise SystemExit("an allocator is named twice in %r" % text)
     return names
 
 
@@ -329,7 +350,7 @@ def train(args):
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    common = {"allocator": args.allocator, "model": args.model, "steps": args.steps,
+    common = {"allocator": args.label or args.allocator, "model": args.model, "steps": args.steps,
               "batch": args.batch, "seq_len": args.seq_len, "max_seq": args.max_seq,
               "warmup": args.warmup, "init_device": args.init_device,
               "torch_version": torch.__version__, "device": torch.cuda.get_device_name(0)}

@@ -25,7 +25,9 @@
 # MEMLAKE_TABLE_CAP_GIB (8), MEMLAKE_TABLE_BATCH_SEQ (512),
 # MEMLAKE_TABLE_BATCH_RANGE (1:64), MEMLAKE_TABLE_JOBS (8 tries at a time),
 # MEMLAKE_TABLE_LANES (the GPU count, at most 4), MEMLAKE_TABLE_ONLY (a list
-# of workloads to run), MEMLAKE_TABLE_INIT (cuda: weights created on the GPU).
+# of workloads to run), MEMLAKE_TABLE_INIT (cuda: weights created on the GPU),
+# MEMLAKE_TABLE_ALLOCATORS (train.py --allocators; memlake variants as
+# memlake/KEY:VALUE, e.g. native,expandable,async,memlake,memlake/worker:off).
 # Everything goes to $OUT (default ./out): WORKLOAD.log (each run's JSON on a
 # line starting "JSON "), table.jsonl (all of them), table-build.log and
 # table-summary.txt (the tables).
@@ -76,6 +78,7 @@ BATCH_SEQ=${MEMLAKE_TABLE_BATCH_SEQ:-512}
 BATCH_RANGE=${MEMLAKE_TABLE_BATCH_RANGE:-1:64}
 JOBS=${MEMLAKE_TABLE_JOBS:-8}
 INIT=${MEMLAKE_TABLE_INIT:-cuda}
+ALLOCATORS=${MEMLAKE_TABLE_ALLOCATORS:-native,expandable,async,memlake}
 FIXED_SEQ=512
 # Per lane layout: decode's size, the fixed shapes' rounds, and each
 # workload's longest time (the budget cuts shorter).
@@ -116,7 +119,8 @@ time_for() {
 workload() {
   local name=$1 max=${MAX[$1]}
   [[ " $ONLY " == *" $name "* ]] || return 0
-  local log=$OUT/$name.log common=(--init-device "$INIT" --time-budget "$(time_for "$max")")
+  local log=$OUT/$name.log common=(--init-device "$INIT" --time-budget "$(time_for "$max")"
+    --allocators "$ALLOCATORS")
   case $name in
     gpt2-dynamic | llama-dynamic | gpt2-fixed | llama-fixed)
       local model=gpt2-recompute seq=0 rounds=$ROUNDS

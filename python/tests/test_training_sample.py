@@ -1,0 +1,87 @@
+"""samples/pytorch_training's parts that need neither torch nor a GPU: the
+allocator list (memlake with options of its own, memlake/KEY:VALUE), the
+child command each run gets, and the --compare table over hand-made runs."""
+
+import sys
+import types
+import unittest
+from pathlib import Path
+
+import support
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "pytorch_training"
+sys.path.insert(0, str(SAMPLE))
+
+import compare  # noqa: E402
+import train  # noqa: E402
+
+
+def run(allocator, step_ms, reserved_gib, rnd=1, cp=(5, 5, 0, 0), worker=(1, 1, 1, 1)):
+    return {"kind": "run", "allocator": allocator, "model": "gpt2-recompute", "steps": 4,
+            "batch": 8, "seq_len": 0, "max_seq": 1024, "warmup": 1, "round": rnd,
+            "peak_reserved_bytes": int(reserved_gib * train.GIB),
+            "peak_allocated_bytes": int(5 * train.GIB), "median_step_seconds": step_ms / 1e3,
+            "step_seconds": [step_ms / 1e3] * 4, "losses": [2.0, 1.5, 1.25, 1.0],
+            "critical_vmm_by_step": list(cp), "worker_vmm_by_step": list(worker),
+            "host_waits": 0, "stitches": 3, "allocate_ms_by_step": [1.0] * 4}
+
+
+class AllocatorList(unittest.TestCase):
+    def test_memlake_takes_options_of_its_own(self):
+        names = train.allocator_list("native, memlake ,memlake/worker:off/large_chunk:64M")
+        self.assertEqual(names, ["native", "memlake", "memlake/worker:off/large_chunk:64M"])
+        self.assertEqual(train.split_variant(names[2]), ("memlake", "worker:off,large_chunk:64M"))
+        self.assertEqual(train.split_variant("native"), ("native", ""))
+
+    def test_bad_names_are_refused_with_the_name(self):
+        for text, says in [("native/worker:off", "only memlake"), ("memlake/worker", "KEY:VALUE"),
+                           ("cuda", "unknown allocator"), ("memlake,memlake", "twice")]:
+            with self.assertRaises(SystemExit) as e:
+                train.allocator_list(text)
+            self.assertIn(says, str(e.exception), text)
+
+
+class ChildCommand(unittest.TestCase):
+    def args(self, conf=""):
+        return types.SimpleNamespace(model="gpt2-recompute", steps=4, warmup=1, batch=8,
+                                     max_seq=1024, seq_len=0, seed=0, new_tokens="128:512",
+                                     init_device="cuda", memlake_conf=conf, memory_cap_gib=0)
+
+    def value_of(self, cmd, flag):
+        return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+    def test_a_variant_runs_memlake_with_its_options_and_its_name(self):
+        cmd = compare.child_command(self.args("capacity:40G"), "memlake/worker:off")
+        self.assertEqual(self.value_of(cmd, "--allocator"), "memlake")
+        self.assertEqual(self.value_of(cmd, "--memlake-conf"), "capacity:40G,worker:off")
+        self.assertEqual(self.value_of(cmd, "--label"), "memlake/worker:off")
+
+    def test_a_plain_allocator_gets_no_label(self):
+        cmd = compare.child_command(self.args(), "expandable")
+        self.assertEqual(self.value_of(cmd, "--allocator"), "expandable")
+        self.assertIsNone(self.value_of(cmd, "--label"))
+        self.assertIsNone(self.value_of(cmd, "--memlake-conf"))
+
+
+class CompareTable(unittest.TestCase):
+    def test_variants_are_tabled_after_the_others_and_compared(self):
+        runs = [run("memlake/worker:off", 110, 4.75), run("native", 100, 9.0),
+                run("memlake", 120, 5.0), run("expandable", 105, 6.0),
+                run("memlake/worker:off", 130, 4.75, rnd=2), run("native", 100, 9.0, rnd=2),
+                run("memlake", 120, 5.0, rnd=2), run("expandable", 105, 6.0, rnd=2)]
+        (text, summary, ok), = compare.run_tables(runs)
+        self.assertTrue(ok, text)
+        rows = [line.split()[0] for line in text.splitlines()[2:6]]
+        self.assertEqual(rows, ["native", "expandable", "memlake", "memlake/worker:off"], text)
+        self.assertIn("memlake/worker:off: peak reserved 0.950x memlake's, step time 1.200x "
+                      "native's, critical-path VMM calls 10, worker VMM calls 4", text)
+        targets = summary["targets"]
+        # The variant stays out of memlake's own targets.
+        self.assertEqual(sorted(targets["peak_reserved_ratio"]), ["expandable", "native"])
+        self.assertAlmostEqual(targets["step_time_ratio"], 1.2)
+        self.assertAlmostEqual(targets["step_time_ratio_by_variant"]["memlake/worker:off"], 1.2)
+        self.assertEqual(summary["allocators"]["memlake/worker:off"]["run_medians"], [0.11, 0.13])
+
+
+if __name__ == "__main__":
+    support.main()
