@@ -1,7 +1,8 @@
 // The mapping worker: it stitches scattered free chunks ahead of demand, so
 // the next large request maps nothing on the allocating thread; its jobs are
 // reproducible inline; a failing job leaves the lake as it was; shutdown
-// with a job in flight is clean; it races the allocating threads safely.
+// with a job in flight is clean; it races the allocating threads safely; and
+// every unmap and release is its own, never the allocating thread's.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "allocator/allocator_impl.hpp"
+#include "backend/adaptors/counting_backend.hpp"
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"
@@ -288,6 +290,44 @@ TEST(Worker, ThreadDoesTheJobOffTheAllocatingThread) {
   a.empty_cache();
   EXPECT_EQ(rig.host->live_chunks(), 0u);
   EXPECT_EQ(a.check_invariants(), "");
+}
+
+// Ranges are stitched and dropped over and over (no idle range is kept:
+// stitch_cache_ratio 0), with the worker inline and on its thread: every
+// unmap, unreserve and release is the worker's, none is made inside
+// malloc or free. A counting backend under the allocator's own sees the
+// calls by thread.
+TEST(Worker, TheAllocatingThreadNeverUnmapsOrReleases) {
+  for (WorkerMode mode : {WorkerMode::inline_jobs, WorkerMode::thread}) {
+    Config c;
+    c.worker = mode;
+    c.max_chunk = 2 * MiB;
+    c.capacity = 256 * MiB;
+    c.stitch_cache_ratio = 0;
+    HostBackendOptions o;
+    o.capacity = 256 * MiB;
+    auto counted = std::make_unique<CountingBackend>(std::make_unique<HostBackend>(o));
+    const CountingBackend& calls = *counted;
+    Allocator a(c, std::move(counted));
+    std::mt19937 rng(7);
+    for (int round = 0; round < 40; ++round) {
+      scatter(a);
+      const std::size_t bytes = (4 + rng() % 12) * MiB;
+      void* p = a.allocate(bytes);
+      std::memset(p, round, bytes);
+      EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], static_cast<unsigned char>(round));
+      a.deallocate(p, bytes);
+      a.process_pending_frees();
+    }
+    EXPECT_GT(calls.critical_path(VmmOp::map), 0u) << "the test must make stitches";
+    EXPECT_EQ(calls.critical_path(VmmOp::unmap), 0u);
+    EXPECT_EQ(calls.critical_path(VmmOp::unreserve), 0u);
+    EXPECT_EQ(calls.critical_path(VmmOp::release), 0u);
+    if (mode == WorkerMode::inline_jobs) {
+      EXPECT_GT(calls.worker(VmmOp::unmap), 0u);
+    }
+    EXPECT_EQ(a.check_invariants(), "");
+  }
 }
 
 TEST(Worker, ShutdownWithAJobInFlightIsClean) {
