@@ -124,8 +124,8 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   // observers see it as slow work until the climb ends.
   SlowWorkScope slow(observers_, SlowWork::allocation);
   // The driver is this thread's first until the climb ends: a background
-  // worker makes no VMM call meanwhile.
-  DriverTurns::ForegroundTurn turn(p || config_.worker != WorkerMode::thread ? nullptr : turns_);
+  // worker makes no VMM call meanwhile (without one, nobody waits).
+  DriverTurns::ForegroundTurn turn(p ? nullptr : turns_);
   if (!p) {
     slow.begin(request.size, stream);
     p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);
