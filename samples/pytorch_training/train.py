@@ -127,6 +127,9 @@ def parse_args(argv=None):
     p.add_argument("--time-budget", type=float, default=0,
                    help="--compare/--find-batch: seconds; start no child that would not end "
                         "in time (0: no limit)")
+    p.add_argument("--trace", default="",
+                   help="one run: record the three steps after --warmup with torch.profiler "
+                        "(host ops and GPU kernels) into this Chrome trace (.json or .json.gz)")
     p.add_argument("--summarize", nargs="+", metavar="LOG",
                    help="print the tables of the JSON lines in these logs")
     args = p.parse_args(argv)
@@ -397,6 +400,29 @@ def decode_sequence(model, torch, ids, new_tokens):
     return logits.sum().item(), int(generated.sum().item())
 
 
+def start_profiler(torch):
+    """torch.profiler over host ops and GPU kernels, from the next step on."""
+    from torch.profiler import ProfilerActivity, profile
+    profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    profiler.__enter__()
+    return profiler
+
+
+def stop_profiler(profiler, path):
+    """Ends the recording and writes its Chrome trace; gzips a .gz path."""
+    profiler.__exit__(None, None, None)
+    if not path.endswith(".gz"):
+        profiler.export_chrome_trace(path)
+        return
+    import gzip
+    import shutil
+    plain = path[:-3]
+    profiler.export_chrome_trace(plain)
+    with open(plain, "rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(plain)
+
+
 def run_steps(args, torch, progress):
     model, vocab = build_model(args, torch)
     decode = args.model == "decode"
@@ -436,11 +462,18 @@ def run_steps(args, torch, progress):
         s = memlake.torch.stats()
         return {name: s[name] for name in COUNTERS}
 
+    submit_seconds = []
+    profiler = None
     torch.cuda.synchronize()
     start = time.perf_counter()
     for step in range(args.steps):
         progress["step"] = step
+        if args.trace and step == args.warmup:
+            profiler = start_profiler(torch)
         t0, before = time.perf_counter(), read_counters()
+        marker = (torch.profiler.record_function("step %d" % step) if profiler is not None
+                  else contextlib.nullcontext())
+        marker.__enter__()
         seq = int(step_seqs[step])
         ids = torch.randint(0, vocab, (args.batch, seq), generator=gen).cuda()
         if decode:
@@ -454,14 +487,22 @@ def run_steps(args, torch, progress):
             loss.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
+            submit_seconds.append(time.perf_counter() - t0)
             losses.append(loss.item())
+        marker.__exit__(None, None, None)
         step_seconds.append(time.perf_counter() - t0)
+        if profiler is not None and step == args.warmup + 2:
+            stop_profiler(profiler, args.trace)
+            profiler = None
         after = read_counters()
         for name in COUNTERS:
             by_step[name].append(after[name] - before[name])
+    if profiler is not None:
+        stop_profiler(profiler, args.trace)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     result = {"losses": losses, "seconds": seconds, "step_seconds": step_seconds,
+              "submit_seconds": submit_seconds,
               "median_step_seconds": median_after_warmup(step_seconds, args.warmup),
               "critical_vmm_by_step": by_step["critical_path_vmm_calls"],
               "worker_vmm_by_step": by_step["worker_vmm_calls"],

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# gpu_step_gap.sh: where a training step with shapes new every step loses
+# time under memlake, against PyTorch's allocators, in one command:
+#   bench/memlake_vmm_gpu_effects: kernel speed over memory mapped from
+#     handles of each size (against cudaMalloc), VMM calls beside running
+#     kernels (does a call wait for the GPU?), kernels beside VMM calls;
+#   samples/pytorch_training/train.py --trace for each allocator of
+#     MEMLAKE_GAP_ALLOCATORS (default: native expandable memlake
+#     memlake/worker:inline; memlake variants as in train.py --allocators),
+#     model MEMLAKE_GAP_MODEL (gpt2-recompute), a new length every step,
+#     three steps after the warm-up recorded by torch.profiler, and
+#     tools/device/step_trace.py over each trace: host time, GPU busy and
+#     idle, launches, synchronizing calls, allocation ops per step, beside
+#     memlake's own counters per step;
+#   then, with what the budget leaves, python/tests/test_torch_graphs.py and
+#     memlake_cuda_tests.
+# Uses the binaries in $MEMLAKE_PREBUILT when they start here, otherwise
+# builds them. Everything goes to $OUT (default ./out); gap-summary.txt
+# collects the results.
+set -u -o pipefail
+
+cd "$(dirname "$0")/../.." || exit 1
+SUMMARY_NAME=gap-summary.txt
+BUDGET=${MEMLAKE_RUN_BUDGET:-560}
+# shellcheck source=tools/device/lib.sh
+. tools/device/lib.sh
+
+note "== machine"
+machine
+BIN=${MEMLAKE_PREBUILT:-}
+# A binary that starts here answers bad arguments with its usage (status 2).
+if [[ -n $BIN && -x $BIN/memlake_vmm_gpu_effects ]] &&
+  [[ $("$BIN/memlake_vmm_gpu_effects" --rounds 0 2>&1) == *usage* ]]; then
+  note "== prebuilt binaries from $BIN"
+else
+  note "== build"
+  build build-gap "$OUT/gap-build.log" memlake_vmm_gpu_effects memlake_cuda_tests memlake_shared
+  BIN=$PWD/build-gap/bin
+  mkdir -p "$BIN"
+  cp build-gap/bench/memlake_vmm_gpu_effects build-gap/tests/memlake_cuda_tests \
+    build-gap/libmemlake.so "$BIN/"
+fi
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+
+note "== what mappings cost the GPU"
+step vmm-gpu-effects 120 "$OUT/vmm-gpu-effects.log" "$BIN/memlake_vmm_gpu_effects" --rounds 3
+grep -vE "^\+" "$OUT/vmm-gpu-effects.log" | tee -a "$SUMMARY"
+
+note "== traced training steps"
+export MEMLAKE_LIBRARY=$BIN/libmemlake.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+MODEL=${MEMLAKE_GAP_MODEL:-gpt2-recompute}
+for allocator in ${MEMLAKE_GAP_ALLOCATORS:-native expandable memlake memlake/worker:inline}; do
+  base=${allocator%%/*} conf=
+  [[ $allocator == */* ]] && conf=${allocator#*/} && conf=${conf//\//,}
+  label=$(echo "$allocator" | tr '/:' '-_')
+  step "train-$label" 150 "$OUT/train-$label.log" python3 samples/pytorch_training/train.py \
+    --allocator "$base" --memlake-conf "$conf" --label "$allocator" --model "$MODEL" --steps 8 \
+    --warmup 4 --init-device cuda --trace "$OUT/trace-$label.json.gz"
+  python3 - "$OUT/train-$label.log" "$allocator" <<'EOF' | tee -a "$SUMMARY"
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(sys.argv[2], "step ms", [round(s * 1e3, 1) for s in r["step_seconds"]])
+        print(sys.argv[2], "submit ms", [round(s * 1e3, 1) for s in r.get("submit_seconds", [])])
+        for k in ("allocate_ms_by_step", "critical_path_vmm_ms_by_step", "critical_vmm_by_step",
+                  "worker_vmm_ms_by_step", "lock_wait_ms_by_step"):
+            if k in r:
+                print(sys.argv[2], k, r[k])
+        print(sys.argv[2], "seq", r.get("seq_lens"), "peak GiB",
+              round(r.get("peak_reserved_bytes", 0) / 2**30, 2))
+EOF
+  [[ -f $OUT/trace-$label.json.gz ]] &&
+    python3 tools/device/step_trace.py "$OUT/trace-$label.json.gz" | tee -a "$SUMMARY"
+done
+
+note "== graphs under PyTorch, then the CUDA suite"
+step python-torch-graphs 120 "$OUT/python.log" python3 python/tests/test_torch_graphs.py -v
+grep -E "^(test_|Ran|OK|FAILED)|Error:|refused|skipped" "$OUT/python.log" | head -n 40 |
+  tee -a "$SUMMARY"
+step cuda-tests 200 "$OUT/cuda-tests.log" "$BIN/memlake_cuda_tests" --gtest_color=no
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$OUT/cuda-tests.log" | tee -a "$SUMMARY"
+note "== done in $(($(date +%s) - START))s"
