@@ -137,7 +137,23 @@ class TorchGraphs(unittest.TestCase):
         """)
         self.assertIn("shared", out)
 
+    REDUCE_OVERHEAD_WITHOUT_MEMLAKE = """
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()).cuda()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        x = torch.randn(32, 256, device="cuda")
+        for _ in range(5):
+            y = compiled(x)
+        print("compiled without memlake")
+    """
+
     def test_reduce_overhead_either_works_or_names_the_call_pytorch_refuses(self):
+        # torch.compile needs a working Triton toolchain: where it fails
+        # without memlake too, the test has nothing of memlake's to check.
+        baseline = run_child(self.REDUCE_OVERHEAD_WITHOUT_MEMLAKE)
+        if baseline.returncode != 0:
+            last = (baseline.stderr.strip().splitlines() or ["?"])[-1]
+            self.skipTest("torch.compile fails here without memlake: " + last[:200])
         out = self.check("""
             import torch, memlake.torch
             memlake.torch.enable()
