@@ -25,7 +25,8 @@
 # MEMLAKE_TABLE_CAP_GIB (8), MEMLAKE_TABLE_BATCH_SEQ (512),
 # MEMLAKE_TABLE_BATCH_RANGE (1:64), MEMLAKE_TABLE_JOBS (8 tries at a time),
 # MEMLAKE_TABLE_LANES (the GPU count, at most 4), MEMLAKE_TABLE_ONLY (a list
-# of workloads to run), MEMLAKE_TABLE_INIT (cuda: weights created on the GPU),
+# of workloads to run), MEMLAKE_TABLE_WORKLOAD_SECONDS (each workload's
+# longest time, instead of the layout's), MEMLAKE_TABLE_INIT (cuda: weights created on the GPU),
 # MEMLAKE_TABLE_ALLOCATORS (train.py --allocators; memlake variants as
 # memlake/KEY:VALUE, e.g. native,expandable,async,memlake,memlake/worker:off).
 # Everything goes to $OUT (default ./out): WORKLOAD.log (each run's JSON on a
@@ -117,7 +118,7 @@ time_for() {
 }
 
 workload() {
-  local name=$1 max=${MAX[$1]}
+  local name=$1 max=${MEMLAKE_TABLE_WORKLOAD_SECONDS:-${MAX[$1]}}
   [[ " $ONLY " == *" $name "* ]] || return 0
   local log=$OUT/$name.log common=(--init-device "$INIT" --time-budget "$(time_for "$max")"
     --allocators "$ALLOCATORS")
