@@ -1,8 +1,12 @@
 """samples/pytorch_training's parts that need neither torch nor a GPU: the
 allocator list (memlake with options of its own, memlake/KEY:VALUE), the
-child command each run gets, and the --compare table over hand-made runs."""
+child command each run gets, the --compare table over hand-made runs, and
+tools/device/step_trace.py over a hand-made torch.profiler trace."""
 
+import gzip
+import json
 import sys
+import tempfile
 import types
 import unittest
 from pathlib import Path
@@ -14,6 +18,9 @@ sys.path.insert(0, str(SAMPLE))
 
 import compare  # noqa: E402
 import train  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "device"))
+import step_trace  # noqa: E402
 
 
 def run(allocator, step_ms, reserved_gib, rnd=1, cp=(5, 5, 0, 0), worker=(1, 1, 1, 1)):
@@ -81,6 +88,55 @@ class CompareTable(unittest.TestCase):
         self.assertAlmostEqual(targets["step_time_ratio"], 1.2)
         self.assertAlmostEqual(targets["step_time_ratio_by_variant"]["memlake/worker:off"], 1.2)
         self.assertEqual(summary["allocators"]["memlake/worker:off"]["run_medians"], [0.11, 0.13])
+
+
+def x(cat, name, ts, dur):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+class StepTrace(unittest.TestCase):
+    # Two steps in microseconds, as torch.profiler writes them: the first
+    # launches three kernels (two overlap, then a gap of 10 us), allocates,
+    # and synchronizes; the second's kernel runs after its host range ended.
+    EVENTS = [x("user_annotation", "step 4", 0, 100),
+              x("cuda_runtime", "cudaLaunchKernel", 10, 5),
+              x("cuda_runtime", "cudaLaunchKernel", 30, 4),
+              x("cpu_op", "aten::empty_strided", 20, 7),
+              x("cpu_op", "aten::addmm", 40, 9),
+              x("cuda_runtime", "cudaStreamSynchronize", 80, 20),
+              x("cuda_runtime", "cudaEventRecord", 60, 2),
+              x("kernel", "gemm", 15, 30), x("kernel", "relu", 40, 20), x("kernel", "sum", 70, 10),
+              {"ph": "i", "cat": "kernel", "name": "not a range", "ts": 50},
+              x("user_annotation", "step 5", 200, 50),
+              x("gpu_memcpy", "Memcpy HtoD", 260, 10)]
+
+    def summarize(self, suffix):
+        with tempfile.TemporaryDirectory() as d:
+            path = str(Path(d) / ("t.json" + suffix))
+            opener = gzip.open if suffix else open
+            with opener(path, "wt") as f:
+                json.dump({"traceEvents": self.EVENTS}, f)
+            return step_trace.summarize(path)
+
+    def test_each_step_gets_its_gpu_work_and_host_calls(self):
+        for suffix in ("", ".gz"):
+            first, second = self.summarize(suffix)
+            self.assertEqual((first["step"], second["step"]), ("step 4", "step 5"))
+            self.assertAlmostEqual(first["host"], 0.100)
+            self.assertAlmostEqual(first["gpu_busy"], 0.055)  # 15-60 and 70-80
+            self.assertAlmostEqual(first["gpu_idle"], 0.010)  # 60-70
+            self.assertAlmostEqual(first["launches"], 0.009)
+            self.assertAlmostEqual(first["sync"], 0.020)
+            self.assertAlmostEqual(first["alloc_ops"], 0.007)
+            self.assertAlmostEqual(first["other_runtime"], 0.002)
+            self.assertEqual(first["kernels"], 3)
+            # GPU work after the host range still belongs to its step.
+            self.assertAlmostEqual(second["gpu_busy"], 0.010)
+            self.assertEqual(second["kernels"], 1)
+
+    def test_train_takes_a_trace_path(self):
+        args = train.parse_args(["--allocator", "native", "--trace", "/tmp/t.json.gz"])
+        self.assertEqual(args.trace, "/tmp/t.json.gz")
 
 
 if __name__ == "__main__":
