@@ -1,7 +1,8 @@
 """samples/pytorch_training's parts that need neither torch nor a GPU: the
 allocator list (memlake with options of its own, memlake/KEY:VALUE), the
-child command each run gets, the --compare table over hand-made runs, and
-tools/device/step_trace.py over a hand-made torch.profiler trace."""
+child command each run gets, the --compare table over hand-made runs,
+tools/device/step_trace.py over a hand-made torch.profiler trace, and
+samples/pytorch_graphs/graphed_train.py's arguments and table."""
 
 import gzip
 import json
@@ -21,6 +22,9 @@ import train  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "device"))
 import step_trace  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples" / "pytorch_graphs"))
+import graphed_train  # noqa: E402
 
 
 def run(allocator, step_ms, reserved_gib, rnd=1, cp=(5, 5, 0, 0), worker=(1, 1, 1, 1)):
@@ -137,6 +141,35 @@ class StepTrace(unittest.TestCase):
     def test_train_takes_a_trace_path(self):
         args = train.parse_args(["--allocator", "native", "--trace", "/tmp/t.json.gz"])
         self.assertEqual(args.trace, "/tmp/t.json.gz")
+
+
+class GraphedTrain(unittest.TestCase):
+    def record(self, allocator, pools, gib, losses):
+        return {"allocator": allocator, "pools": pools, "buckets": [128, 256],
+                "peak_reserved_bytes": int(gib * graphed_train.GIB), "graph_pool_bytes": None,
+                "replay_ms": 2.5, "losses": losses}
+
+    def test_the_table_is_against_native_separate_pools(self):
+        runs = [self.record("native", "separate", 4.0, [1.0, 0.5]),
+                self.record("memlake", "exclusive", 3.0, [1.0, 0.25]),
+                {"allocator": "memlake", "pools": "shared", "error": "RuntimeError: x"}]
+        lines = graphed_train.table(runs)
+        self.assertEqual(len(lines), 4)
+        self.assertIn("1.000", lines[1])
+        self.assertIn("0.750", lines[2])   # 3 GiB of 4
+        self.assertIn("0.25", lines[2])    # the largest loss difference
+        self.assertIn("failed: RuntimeError: x", lines[3])
+
+    def test_exclusive_pools_need_memlake_and_buckets_are_lengths(self):
+        with self.assertRaises(SystemExit):
+            graphed_train.parse_args(["--allocator", "native", "--pools", "exclusive"])
+        self.assertEqual(graphed_train.buckets_of("128, 256"), [128, 256])
+        with self.assertRaises(SystemExit):
+            graphed_train.buckets_of("0")
+        args = graphed_train.parse_args(["--buckets", "64,128", "--replays", "10"])
+        cmd = graphed_train.child_command(args, "native", "shared")
+        self.assertEqual(cmd[cmd.index("--pools") + 1], "shared")
+        self.assertEqual(cmd[cmd.index("--buckets") + 1], "64,128")
 
 
 if __name__ == "__main__":

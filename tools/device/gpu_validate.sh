@@ -16,7 +16,9 @@
 #     shared chunks and cudaMallocAsync graph memory nodes) and
 #     samples/cuda_mr_thrust (thrust and CUB through memlake::cuda_resource);
 #   the Python package's tests under PyTorch: test_torch_gpu.py,
-#     test_torch_graphs.py, test_profiling.py, test_package.py;
+#     test_torch_graphs.py, test_profiling.py, test_package.py, and
+#     samples/pytorch_graphs/graphed_train.py --compare (captured training
+#     steps under PyTorch's allocator and memlake, each pool setup);
 #   memlake-replay --backend cuda --allocator cudaMallocAsync over traces/.
 # Logs go to $OUT (default ./out); validate-summary.txt collects the results.
 set -u -o pipefail
@@ -78,6 +80,10 @@ for t in torch_gpu torch_graphs profiling package; do
 done
 grep -E "^(test_|Ran|OK|FAILED)|Error:|refused|worked|skipped" "$OUT/python.log" | head -n 80 |
   tee -a "$SUMMARY"
+# Captured training steps per bucket: what each allocator and pool setup
+# reserves, and whether the losses agree.
+step graphed-train 150 "$OUT/graphed.log" python3 samples/pytorch_graphs/graphed_train.py --compare
+grep -vE "^(JSON|\+)" "$OUT/graphed.log" | tail -n 8 | tee -a "$SUMMARY"
 
 note "== memlake-replay on the GPU beside cudaMallocAsync"
 step replay 120 "$OUT/replay.log" "$BIN/memlake-replay" --backend cuda --allocator cudaMallocAsync \
