@@ -404,13 +404,13 @@ def start_profiler(torch):
     """torch.profiler over host ops and GPU kernels, from the next step on."""
     from torch.profiler import ProfilerActivity, profile
     profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-    profiler.__enter__()
+    profiler.start()
     return profiler
 
 
 def stop_profiler(profiler, path):
     """Ends the recording and writes its Chrome trace; gzips a .gz path."""
-    profiler.__exit__(None, None, None)
+    profiler.stop()
     if not path.endswith(".gz"):
         profiler.export_chrome_trace(path)
         return
@@ -473,23 +473,22 @@ def run_steps(args, torch, progress):
         t0, before = time.perf_counter(), read_counters()
         marker = (torch.profiler.record_function("step %d" % step) if profiler is not None
                   else contextlib.nullcontext())
-        marker.__enter__()
-        seq = int(step_seqs[step])
-        ids = torch.randint(0, vocab, (args.batch, seq), generator=gen).cuda()
-        if decode:
-            with torch.no_grad():
-                checksum, token_sum = decode_sequence(model, torch, ids, int(news[step]))
-            losses.append(checksum)
-            tokens_checksums.append(token_sum)
-        else:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            optim.step()
-            optim.zero_grad(set_to_none=True)
-            submit_seconds.append(time.perf_counter() - t0)
-            losses.append(loss.item())
-        marker.__exit__(None, None, None)
+        with marker:
+            seq = int(step_seqs[step])
+            ids = torch.randint(0, vocab, (args.batch, seq), generator=gen).cuda()
+            if decode:
+                with torch.no_grad():
+                    checksum, token_sum = decode_sequence(model, torch, ids, int(news[step]))
+                losses.append(checksum)
+                tokens_checksums.append(token_sum)
+            else:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+                submit_seconds.append(time.perf_counter() - t0)
+                losses.append(loss.item())
         step_seconds.append(time.perf_counter() - t0)
         if profiler is not None and step == args.warmup + 2:
             stop_profiler(profiler, args.trace)
