@@ -12,7 +12,6 @@
 //   memlake_vmm_contention [--rounds 3] [--calls 20000] [--chunk-mib 2] [--vmm-per-ms 0]
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -24,10 +23,13 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "host_timing.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using memlake::bench::Clock;
+using memlake::bench::ns_since;
+using memlake::bench::quantile;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 __global__ void empty_kernel(int* p) {
@@ -123,17 +125,8 @@ struct Percentiles {
   double median, p99, p999;
 };
 
-Percentiles percentiles(std::vector<double>& v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-  };
-  return {at(0.5), at(0.99), at(0.999)};
-}
-
-double ns_since(Clock::time_point t) {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+Percentiles percentiles(const std::vector<double>& v) {
+  return {quantile(v, 0.5), quantile(v, 0.99), quantile(v, 0.999)};
 }
 
 // Times `calls` of each CUDA call kind on `stream`; synchronizes every 512

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,11 +32,14 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "host_timing.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using memlake::Status;
+using memlake::bench::Clock;
+using memlake::bench::ns_since;
+using memlake::bench::quantile;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 struct Options {
@@ -70,17 +72,6 @@ Options parse(int argc, char** argv) {
     std::exit(2);
   }
   return o;
-}
-
-double ns_since(Clock::time_point t) {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 __global__ void fill_kernel(float* a, std::size_t n) {
@@ -294,9 +285,9 @@ bool busy(memlake::CudaBackend& backend, const Options& o) {
       std::printf(
           "busy round %d %-13s idle median %7.1f us p99 %8.1f | GPU busy median %7.1f us p99 "
           "%8.1f, returned after the kernels ended: %d of %d\n",
-          round, kCallNames[k], percentile(idle.ns[k], 0.5) / 1e3,
-          percentile(idle.ns[k], 0.99) / 1e3, percentile(loaded.ns[k], 0.5) / 1e3,
-          percentile(loaded.ns[k], 0.99) / 1e3, loaded.waited[k], o.cycles);
+          round, kCallNames[k], quantile(idle.ns[k], 0.5) / 1e3, quantile(idle.ns[k], 0.99) / 1e3,
+          quantile(loaded.ns[k], 0.5) / 1e3, quantile(loaded.ns[k], 0.99) / 1e3, loaded.waited[k],
+          o.cycles);
   }
   cudaEventDestroy(done);
   cudaStreamDestroy(stream);
@@ -343,8 +334,8 @@ bool stall(memlake::CudaBackend& backend, const Options& o) {
     std::printf(
         "stall round %d streaming pass (512 MiB) quiet median %.3f ms max %.3f | beside %.0f VMM "
         "calls/s median %.3f ms max %.3f\n",
-        round, percentile(quiet, 0.5), percentile(quiet, 1.0), static_cast<double>(calls) / seconds,
-        percentile(mapped, 0.5), percentile(mapped, 1.0));
+        round, quantile(quiet, 0.5), quantile(quiet, 1.0), static_cast<double>(calls) / seconds,
+        quantile(mapped, 0.5), quantile(mapped, 1.0));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
