@@ -56,20 +56,7 @@ for allocator in ${MEMLAKE_GAP_ALLOCATORS:-native expandable memlake memlake/wor
   step "train-$label" 150 "$OUT/train-$label.log" python3 samples/pytorch_training/train.py \
     --allocator "$base" --memlake-conf "$conf" --label "$allocator" --model "$MODEL" --steps 8 \
     --warmup 4 --init-device cuda --trace "$OUT/trace-$label.json.gz"
-  python3 - "$OUT/train-$label.log" "$allocator" <<'EOF' | tee -a "$SUMMARY"
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        print(sys.argv[2], "step ms", [round(s * 1e3, 1) for s in r["step_seconds"]])
-        print(sys.argv[2], "submit ms", [round(s * 1e3, 1) for s in r.get("submit_seconds", [])])
-        for k in ("allocate_ms_by_step", "critical_path_vmm_ms_by_step", "critical_vmm_by_step",
-                  "worker_vmm_ms_by_step", "lock_wait_ms_by_step"):
-            if k in r:
-                print(sys.argv[2], k, r[k])
-        print(sys.argv[2], "seq", r.get("seq_lens"), "peak GiB",
-              round(r.get("peak_reserved_bytes", 0) / 2**30, 2))
-EOF
+  python3 tools/device/train_steps.py "$OUT/train-$label.log" | tee -a "$SUMMARY"
   [[ -f $OUT/trace-$label.json.gz ]] &&
     python3 tools/device/step_trace.py "$OUT/trace-$label.json.gz" | tee -a "$SUMMARY"
 done
