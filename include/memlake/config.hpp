@@ -55,6 +55,13 @@ struct Config {
   // memory (they raise the peak by up to this much), hence off by default.
   // Needs the worker.
   std::size_t reserve = 0;
+  // Stream-ordered mapping: a request that must map chunks (stitch, extend,
+  // grow, new memory) gets its address at once; the worker makes the VMM
+  // calls, and the request's stream waits for them GPU-side. The block is
+  // then valid in its stream's order, as cudaMallocAsync's memory is (not
+  // for the host, nor another stream that has not waited on this one).
+  // Needs worker:thread and a backend with host counters.
+  bool defer_mapping = false;
 
   // Chunks are created exportable, so Allocator::share() can hand a block to
   // another process as file descriptors (include/memlake/sharing.hpp). On
@@ -84,7 +91,7 @@ struct Config {
 
   // HostBackend only: chunk granularity, and simulated VMM latencies (the
   // costs measured on an H200), so that times on the CPU resemble the GPU's.
-    std::size_t host_granularity = std::size_t{2} << 20;
+  std::size_t host_granularity = std::size_t{2} << 20;
   bool host_simulate_latency = false;
   // HostBackend only: limits lower than the machine's (0: the machine's), so
   // that a run meets them as on a smaller machine: mapping units

@@ -93,6 +93,9 @@ using ChunkHandle = std::uint64_t;  // one physical allocation
 using StreamHandle = void*;         // nullptr is the default stream
 using EventHandle = void*;
 using HostFn = void (*)(void* user);  // work enqueued on a stream
+// A 64-bit value the host sets and streams wait on, GPU-side (a word of
+// pinned host memory the device polls, on CUDA).
+using CounterHandle = void*;
 // A captured graph, ready to launch (a cudaGraphExec_t on CUDA).
 using GraphHandle = void*;
 // A stream's part in a graph capture (cudaStreamCaptureStatus).
@@ -184,6 +187,18 @@ class Backend {
   // does not wait.
   virtual Status stream_wait_event(StreamHandle stream, EventHandle event) = 0;
   virtual Status launch_host_func(StreamHandle stream, HostFn fn, void* user) = 0;
+  // --- host counters (stream-ordered mapping) ------------------------------
+  // The defaults say not_supported. A counter starts at 0 and only grows.
+  virtual Status counter_create(CounterHandle* counter);
+  // Sets the counter to its largest value first, so that no stream waits on
+  // it for ever.
+  virtual Status counter_destroy(CounterHandle counter);
+  // Host-side: the counter becomes `value` (not smaller than before).
+  virtual Status counter_set(CounterHandle counter, std::uint64_t value);
+  // GPU-side: later work on `stream` waits until the counter is at least
+  // `value`. The host does not wait. Not on a capturing stream.
+  virtual Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
+                                     std::uint64_t value);
   // Blocks the calling thread. Never called from malloc/free; for tests,
   // tools and shutdown only.
   virtual Status stream_synchronize(StreamHandle stream) = 0;

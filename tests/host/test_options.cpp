@@ -30,13 +30,18 @@ const std::vector<std::string> kKeys = {"backend",
                                         "capacity_fraction",
                                         "worker",
                                         "reserve",
+                                        "defer_mapping",
                                         "shareable",
                                         "record",
                                         "nvtx",
                                         "timeline",
                                         "timeline_events",
                                         "on_misuse",
-                                        "host_granularity", "host_max_mappings", "host_max_fds", "host_max_va", "host_simulate_latency",
+                                        "host_granularity",
+                                        "host_max_mappings",
+                                        "host_max_fds",
+                                        "host_max_va",
+                                        "host_simulate_latency",
                                         "small_max",
                                         "max_chunk",
                                         "large_chunk",
@@ -46,7 +51,8 @@ const std::vector<std::string> kKeys = {"backend",
                                         "max_stitch_chunks"};
 
 const std::string kKnown =
-    "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
+    "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, defer_mapping, "
+    "shareable, "
     "record, nvtx, timeline, timeline_events, on_misuse, host_granularity, host_max_mappings, "
     "host_max_fds, host_max_va, host_simulate_latency, small_max, max_chunk, large_chunk, "
     "large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";
@@ -122,7 +128,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.max_stitch_chunks, b.max_stitch_chunks);
   EXPECT_EQ(a.large_chunk, b.large_chunk);
   EXPECT_EQ(a.large_chunk_from, b.large_chunk_from);
-    EXPECT_EQ(a.record, b.record);
+  EXPECT_EQ(a.record, b.record);
   EXPECT_EQ(a.host_max_mappings, b.host_max_mappings);
   EXPECT_EQ(a.host_max_fds, b.host_max_fds);
   EXPECT_EQ(a.host_max_va, b.host_max_va);

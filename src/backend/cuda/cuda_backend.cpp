@@ -7,8 +7,10 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 
@@ -881,6 +883,113 @@ Status CudaBackend::device_synchronize() {
   MEMLAKE_CUDA_GUARD();
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return rt_fail("cudaDeviceSynchronize", e);
+  return Status::ok;
+}
+
+// Host counters: a word of pinned, device-mapped host memory that the
+// host stores to and streams poll with cuStreamWaitValue64 (GEQ). The entry
+// point and the device's 64-bit stream memory operations are checked on first
+// use: where either is missing, counter_create says not_supported.
+namespace {
+
+struct HostCounter {
+  std::uint64_t* host = nullptr;  // cudaHostAlloc'd, mapped
+  CUdeviceptr device = 0;
+};
+
+PFN_cuStreamWaitValue64_v11070 stream_wait_value64() {
+  static PFN_cuStreamWaitValue64_v11070 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &p, kDriverAbiVersion,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+Status CudaBackend::counter_create(CounterHandle* counter) {
+  if (counter == nullptr)
+    return fail(Status::invalid_argument, "cuda: counter_create: null output");
+  *counter = nullptr;
+  MEMLAKE_CUDA_VMM_GUARD();
+  if (stream_wait_value64() == nullptr) {
+    return fail(Status::not_supported,
+                "cuda: counter_create: the driver has no cuStreamWaitValue64");
+  }
+  int mem_ops = 0;
+  const CUresult r = g_driver.cuDeviceGetAttribute(
+      &mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cu_device_);
+  if (r != CUDA_SUCCESS || mem_ops == 0) {
+    return fail(Status::not_supported,
+                "cuda: counter_create: device %d has no 64-bit stream memory operations", device_);
+  }
+  auto* c = new (std::nothrow) HostCounter;
+  if (c == nullptr) return fail(Status::out_of_host_memory, "cuda: counter_create: no host memory");
+  void* host = nullptr;
+  cudaError_t e =
+      cudaHostAlloc(&host, sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    delete c;
+    return rt_fail("cudaHostAlloc", e);
+  }
+  c->host = static_cast<std::uint64_t*>(host);
+  *c->host = 0;
+  void* device = nullptr;
+  e = cudaHostGetDevicePointer(&device, host, 0);
+  if (e != cudaSuccess) {
+    cudaFreeHost(host);
+    delete c;
+    return rt_fail("cudaHostGetDevicePointer", e);
+  }
+  c->device = reinterpret_cast<CUdeviceptr>(device);
+  *counter = c;
+  return Status::ok;
+}
+
+Status CudaBackend::counter_destroy(CounterHandle counter) {
+  if (counter == nullptr)
+    return fail(Status::invalid_argument, "cuda: counter_destroy: null counter");
+  auto* c = static_cast<HostCounter*>(counter);
+  std::atomic_ref<std::uint64_t>(*c->host).store(std::numeric_limits<std::uint64_t>::max(),
+                                                 std::memory_order_release);
+  MEMLAKE_CUDA_VMM_GUARD();
+  // Streams still waiting on it go on first: the memory goes once the device
+  // is done with it.
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) cudaGetLastError();
+  e = cudaFreeHost(c->host);
+  delete c;
+  if (e != cudaSuccess) return rt_fail("cudaFreeHost", e);
+  return Status::ok;
+}
+
+Status CudaBackend::counter_set(CounterHandle counter, std::uint64_t value) {
+  if (counter == nullptr) return fail(Status::invalid_argument, "cuda: counter_set: null counter");
+  auto* c = static_cast<HostCounter*>(counter);
+  std::atomic_ref<std::uint64_t> word(*c->host);
+  if (value > word.load(std::memory_order_relaxed)) word.store(value, std::memory_order_release);
+  return Status::ok;
+}
+
+Status CudaBackend::stream_wait_counter(StreamHandle stream, CounterHandle counter,
+                                        std::uint64_t value) {
+  if (counter == nullptr) {
+    return fail(Status::invalid_argument, "cuda: stream_wait_counter: null counter");
+  }
+  MEMLAKE_CUDA_GUARD();
+  const CUresult r = stream_wait_value64()(reinterpret_cast<CUstream>(to_stream(stream)),
+                                           static_cast<HostCounter*>(counter)->device, value,
+                                           CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) {
+    return fail(cu_status(r), "cuda: cuStreamWaitValue64 failed: %s", cu_name(r));
+  }
   return Status::ok;
 }
 

@@ -99,6 +99,11 @@ class HostBackend final : public Backend {
   Status event_query(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override;
+  Status counter_create(CounterHandle* counter) override;
+  Status counter_destroy(CounterHandle counter) override;
+  Status counter_set(CounterHandle counter, std::uint64_t value) override;
+  Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
+                             std::uint64_t value) override;
   Status stream_synchronize(StreamHandle stream) override;
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override;
   Status stream_begin_capture(StreamHandle stream) override;
@@ -129,6 +134,7 @@ class HostBackend final : public Backend {
     std::size_t size;
     std::size_t mappings;
   };
+  struct Counter;  // host_backend_counters.cpp
   struct Mapping {
     std::size_t size;
     ChunkHandle chunk;
@@ -209,6 +215,8 @@ class HostBackend final : public Backend {
   std::unordered_map<const HostStream*, std::shared_ptr<HostCapture>> capturing_;
   std::vector<std::shared_ptr<HostCapture>> captures_;
   std::unordered_map<GraphHandle, std::unique_ptr<HostGraph>> graphs_;
+  // Shared with the stream jobs that wait on them.
+  std::unordered_map<CounterHandle, std::shared_ptr<Counter>> counters_;
 };
 
 static_assert(IsBackend<HostBackend>);

@@ -1,0 +1,125 @@
+// HostBackend: host counters (see backend.hpp). A stream waits on a counter
+// with a job that blocks the stream's thread until the counter is high
+// enough, as cuStreamWaitValue64 holds a CUDA stream; the job holds the
+// counter, so destroying it (which first sets it to its largest value)
+// never pulls it from under a waiting job.
+#include <condition_variable>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+
+#include "backend/backend_detail.hpp"
+#include "backend/host/host_backend.hpp"
+#include "backend/host/host_stream.hpp"
+
+namespace memlake {
+
+using detail::fail;
+
+struct HostBackend::Counter {
+  std::mutex mutex;
+  std::condition_variable raised;
+  std::uint64_t value = 0;
+
+  void set(std::uint64_t v) {
+    {
+      std::lock_guard lock(mutex);
+      if (v > value) value = v;
+    }
+    raised.notify_all();
+  }
+  void wait_for(std::uint64_t v) {
+    std::unique_lock lock(mutex);
+    raised.wait(lock, [&] { return value >= v; });
+  }
+};
+
+namespace {
+
+template <typename Body>
+Status guarded(const char* call, Body&& body) noexcept {
+  return detail::no_throw("host", call, std::forward<Body>(body));
+}
+
+}  // namespace
+
+Status HostBackend::counter_create(CounterHandle* counter) {
+  return guarded("counter_create", [&] {
+    if (counter == nullptr)
+      return fail(Status::invalid_argument, "host: counter_create: null output");
+    auto c = std::make_shared<Counter>();
+    std::lock_guard lock(stream_mutex_);
+    counters_.emplace(c.get(), c);
+    *counter = c.get();
+    return Status::ok;
+  });
+}
+
+Status HostBackend::counter_destroy(CounterHandle counter) {
+  return guarded("counter_destroy", [&] {
+    std::shared_ptr<Counter> c;
+    {
+      std::lock_guard lock(stream_mutex_);
+      auto it = counters_.find(counter);
+      if (it == counters_.end())
+        return fail(Status::invalid_argument, "host: counter_destroy: unknown counter %p", counter);
+      c = std::move(it->second);
+      counters_.erase(it);
+    }
+    c->set(std::numeric_limits<std::uint64_t>::max());
+    return Status::ok;
+  });
+}
+
+Status HostBackend::counter_set(CounterHandle counter, std::uint64_t value) {
+  return guarded("counter_set", [&] {
+    std::shared_ptr<Counter> c;
+    {
+      std::lock_guard lock(stream_mutex_);
+      auto it = counters_.find(counter);
+      if (it == counters_.end())
+        return fail(Status::invalid_argument, "host: counter_set: unknown counter %p", counter);
+      c = it->second;
+    }
+    c->set(value);
+    return Status::ok;
+  });
+}
+
+Status HostBackend::stream_wait_counter(StreamHandle stream, CounterHandle counter,
+                                        std::uint64_t value) {
+  struct Wait {
+    std::shared_ptr<Counter> counter;
+    std::uint64_t value;
+    static void run(void* user) {
+      std::unique_ptr<Wait> w(static_cast<Wait*>(user));
+      w->counter->wait_for(w->value);
+    }
+  };
+  return guarded("stream_wait_counter", [&] {
+    std::shared_ptr<HostStream> s;
+    auto wait = std::make_unique<Wait>();
+    wait->value = value;
+    {
+      std::lock_guard lock(stream_mutex_);
+      auto it = counters_.find(counter);
+      if (it == counters_.end()) {
+        return fail(Status::invalid_argument, "host: stream_wait_counter: unknown counter %p",
+                    counter);
+      }
+      wait->counter = it->second;
+      s = find_stream(stream, "stream_wait_counter");
+      if (!s) return Status::invalid_argument;
+      if (capture_of(s.get()) != nullptr) {
+        return fail(Status::not_supported,
+                    "host: stream_wait_counter: stream %p is capturing a graph", stream);
+      }
+    }
+    s->enqueue(&Wait::run, wait.get());
+    wait.release();
+    return Status::ok;
+  });
+}
+
+}  // namespace memlake

@@ -1,0 +1,179 @@
+// Stream-ordered mapping (defer_mapping), on every platform: the backend's
+// host counters hold a stream until they are raised, and an allocator that
+// hands out blocks before their chunks are mapped still gives every kernel
+// (host function on the HostBackend) mapped memory, because the block's
+// stream waits for the worker's batch first. Data written through each block
+// on its stream must read back intact.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "suites/core_fixture.hpp"
+#include "suites/device_work.hpp"
+
+namespace memlake::test {
+namespace {
+
+using Words = std::vector<std::uint32_t>;
+
+Words expected_fill(std::size_t words, std::uint32_t seed) {
+  Words w(words);
+  for (std::size_t i = 0; i < words; ++i) w[i] = work_word(seed, static_cast<std::uint32_t>(i));
+  return w;
+}
+
+class DeferredMapping : public CoreTest {
+ protected:
+  void SetUp() override {
+    CoreTest::SetUp();
+    if (IsSkipped()) return;
+    work_ = platform_->work();
+    if (work_ == nullptr) GTEST_SKIP() << "no device work (kernels) on this platform";
+  }
+  static Config deferring_config() {
+    Config c = base_config();
+    c.max_chunk = 2 * MiB;  // many chunks a block: stitches of many handles
+    c.worker = WorkerMode::thread;
+    c.defer_mapping = true;
+    return c;
+  }
+  Words read(const void* p, std::size_t words) {
+    Words w(words);
+    platform_->read(p, w.data(), words * sizeof(std::uint32_t));
+    return w;
+  }
+  DeviceWork* work_ = nullptr;
+};
+
+TEST_F(DeferredMapping, CounterHoldsAStreamUntilRaised) {
+  auto backend = platform_->backend(64 * MiB);
+  CounterHandle counter = nullptr;
+  const Status made = backend->counter_create(&counter);
+  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
+  ASSERT_EQ(made, Status::ok) << backend->last_error();
+  StreamHandle s = nullptr;
+  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  DevicePtr va = 0;
+  ChunkHandle chunk = 0;
+  const std::size_t g = backend->granularity();
+  ASSERT_EQ(backend->reserve(g, &va), Status::ok);
+  ASSERT_EQ(backend->create_chunk(g, &chunk), Status::ok);
+  ASSERT_EQ(backend->map(va, g, chunk), Status::ok);
+  ASSERT_EQ(backend->set_access(va, g), Status::ok);
+  const std::size_t words = g / sizeof(std::uint32_t);
+  auto* p = reinterpret_cast<std::uint32_t*>(va);
+  work_->fill(*backend, s, p, words, 1);
+  ASSERT_EQ(backend->stream_wait_counter(s, counter, 2), Status::ok) << backend->last_error();
+  work_->fill(*backend, s, p, words, 2);
+  EventHandle after = nullptr;
+  ASSERT_EQ(backend->event_create(&after), Status::ok);
+  ASSERT_EQ(backend->event_record(after, s), Status::ok);
+  ASSERT_EQ(backend->counter_set(counter, 1), Status::ok);  // not enough yet
+  EXPECT_EQ(backend->event_query(after), Status::not_ready);
+  ASSERT_EQ(backend->counter_set(counter, 2), Status::ok);
+  ASSERT_EQ(backend->stream_synchronize(s), Status::ok) << backend->last_error();
+  EXPECT_EQ(backend->event_query(after), Status::ok);
+  EXPECT_EQ(read(p, words), expected_fill(words, 2));
+  EXPECT_EQ(backend->event_destroy(after), Status::ok);
+  EXPECT_EQ(backend->counter_destroy(counter), Status::ok);
+  EXPECT_EQ(backend->unmap(va, g), Status::ok);
+  EXPECT_EQ(backend->release_chunk(chunk), Status::ok);
+  EXPECT_EQ(backend->unreserve(va, g), Status::ok);
+  EXPECT_EQ(backend->stream_destroy(s), Status::ok);
+}
+
+TEST_F(DeferredMapping, DestroyingACounterReleasesItsWaiters) {
+  auto backend = platform_->backend(64 * MiB);
+  CounterHandle counter = nullptr;
+  const Status made = backend->counter_create(&counter);
+  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
+  ASSERT_EQ(made, Status::ok);
+  StreamHandle s = nullptr;
+  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  ASSERT_EQ(backend->stream_wait_counter(s, counter, 1'000'000), Status::ok);
+  ASSERT_EQ(backend->counter_destroy(counter), Status::ok);
+  EXPECT_EQ(backend->stream_synchronize(s), Status::ok) << backend->last_error();
+  EXPECT_EQ(backend->stream_destroy(s), Status::ok);
+}
+
+// Growth, stitches over scattered chunks and extensions, each block written
+// on its stream right after it is handed out and checked after the stream
+// drained.
+TEST_F(DeferredMapping, BlocksHandedOutBeforeTheirMappingsHoldWhatTheirStreamWrites) {
+  auto alloc = make(1024 * MiB, deferring_config());
+  const Stream s = alloc->create_stream();
+  struct Live {
+    std::uint32_t* p;
+    std::size_t words;
+    std::uint32_t seed;
+  };
+  std::vector<Live> live;
+  std::uint32_t seed = 10;
+  auto take = [&](std::size_t bytes) {
+    auto* p = static_cast<std::uint32_t*>(alloc->allocate(bytes, s));
+    const std::size_t words = bytes / sizeof(std::uint32_t);
+    work_->fill(alloc->backend(), s, p, words, ++seed);
+    live.push_back({p, words, seed});
+  };
+  // Interleaved blocks, then every other one freed: scattered free chunks.
+  for (int i = 0; i < 12; ++i) take((i % 2 == 0 ? 24 : 6) * MiB);
+  for (std::size_t i = 0; i < live.size(); i += 2)
+    alloc->deallocate(live[i].p, live[i].words * sizeof(std::uint32_t), s);
+  std::vector<Live> kept;
+  for (std::size_t i = 1; i < live.size(); i += 2) kept.push_back(live[i]);
+  live = kept;
+  // Larger than any free run: stitched; then larger than everything free:
+  // the deficit is new memory.
+  take(96 * MiB);
+  take(200 * MiB);
+  for (int i = 0; i < 6; ++i) take((3 + 5 * i) * MiB);
+  ASSERT_EQ(alloc->backend().stream_synchronize(s), Status::ok);
+  for (const Live& b : live) EXPECT_EQ(read(b.p, b.words), expected_fill(b.words, b.seed));
+  const Stats st = alloc->stats();
+  EXPECT_GT(st.deferred_vmm_calls.current, 0);
+  EXPECT_GT(st.deferred_batches.current, 0);
+  EXPECT_GT(st.deferred_stream_waits.current, 0);
+  EXPECT_GT(st.stitches.current, 0);
+  EXPECT_EQ(st.deferred_failures.current, 0);
+  for (const Live& b : live) alloc->deallocate(b.p, b.words * sizeof(std::uint32_t), s);
+  settle(*alloc);
+  ASSERT_EQ(alloc->backend().stream_synchronize(s), Status::ok);
+  alloc->empty_cache();
+  EXPECT_INVARIANTS(*alloc);
+  alloc->destroy_stream(s);
+}
+
+// Memory freed on one stream and taken by another while the mappings of the
+// first are still queued: the second stream waits for them too.
+TEST_F(DeferredMapping, AnotherStreamGivenTheMemoryWaitsToo) {
+  auto alloc = make(512 * MiB, deferring_config());
+  const Stream a = alloc->create_stream();
+  const Stream b = alloc->create_stream();
+  const std::size_t words = 40 * MiB / sizeof(std::uint32_t);
+  for (std::uint32_t round = 0; round < 8; ++round) {
+    auto* p = static_cast<std::uint32_t*>(alloc->allocate(words * sizeof(std::uint32_t), a));
+    work_->fill(alloc->backend(), a, p, words, 100 + round);
+    ASSERT_EQ(alloc->backend().stream_synchronize(a), Status::ok);
+    alloc->deallocate(p, words * sizeof(std::uint32_t), a);
+    auto* q = static_cast<std::uint32_t*>(alloc->allocate((words + round) * 4 + 8 * MiB, b));
+    work_->fill(alloc->backend(), b, q, words, 200 + round);
+    ASSERT_EQ(alloc->backend().stream_synchronize(b), Status::ok);
+    EXPECT_EQ(read(q, words), expected_fill(words, 200 + round));
+    alloc->deallocate(q, (words + round) * 4 + 8 * MiB, b);
+  }
+  EXPECT_GT(alloc->stats().deferred_stream_waits.current, 0);
+  EXPECT_INVARIANTS(*alloc);
+  alloc->destroy_stream(a);
+  alloc->destroy_stream(b);
+}
+
+TEST_F(DeferredMapping, NeedsTheWorkerThread) {
+  Config c = deferring_config();
+  c.worker = WorkerMode::inline_jobs;
+  EXPECT_THROW(make(64 * MiB, c), config_error);
+  c.worker = WorkerMode::off;
+  EXPECT_THROW(make(64 * MiB, c), config_error);
+}
+
+}  // namespace
+}  // namespace memlake::test
