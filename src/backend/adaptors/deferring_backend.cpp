@@ -19,7 +19,7 @@ constexpr std::size_t kChunksPerAccess = 4;
 }  // namespace
 
 DeferringBackend::DeferringBackend(std::unique_ptr<Backend> upstream)
-    : BackendAdaptor(std::move(upstream), "deferring") {
+    : BackendAdaptor(std::move(upstream), "deferring"), mapping_limit_(limits().mappings) {
   if (this->upstream().counter_create(&counter_) != Status::ok) {
     counter_ = nullptr;
     unavailable_ = this->upstream().last_error();
@@ -51,9 +51,16 @@ BackendUsage DeferringBackend::usage() const {
   return u;
 }
 
-// No limit check here: the lake makes room for a range's mapping units
-// before it maps (backend.hpp), and usage() counts the queued ones.
 Status DeferringBackend::defer(Call call) {
+  if (call.op == Op::map && mapping_limit_ != BackendLimits::kUnbounded &&
+      usage().mappings + kUnitsPerMap > mapping_limit_) {
+    // Refused now, as the map itself would be: the lake routes around it
+    // (it reclaims and retries) while it can still choose, not later.
+    return detail::fail(Status::out_of_mappings,
+                        "deferring: mapping %zu bytes would pass the limit of %zu mapping units "
+                        "(counting those queued)",
+                        call.size, mapping_limit_);
+  }
   open_.calls.push_back(call);
   if (call.op == Op::map) {
     std::lock_guard lock(queue_mutex_);

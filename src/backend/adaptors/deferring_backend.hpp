@@ -12,8 +12,9 @@
 // that must come after queued ones (unreserve, release_chunk, export_chunk,
 // and an unmap or map made outside a scope on a range a batch may still
 // touch) first runs every queued batch on the calling thread. Limits: usage()
-// counts the mapping units queued calls will take, so that the layers above,
-// which make room before they map, stay inside limits() as before.
+// counts the mapping units queued calls will take, and a map that would pass
+// the limit with them is refused at once, as it would be if made, so that the
+// lake routes around it while it still can.
 //
 // A queued call the driver refuses when it runs cannot be reported to the
 // caller who already has the block: the batch still raises its counter (no
@@ -116,6 +117,7 @@ class DeferringBackend final : public BackendAdaptor {
   Status make(const Call& c);
 
   CounterHandle counter_ = nullptr;
+  const std::size_t mapping_limit_;  // limits().mappings, known at construction
   std::string unavailable_;
   std::atomic<bool> failed_{false};
 
