@@ -52,14 +52,14 @@ BackendUsage DeferringBackend::usage() const {
 }
 
 Status DeferringBackend::defer(Call call) {
-  if (call.op == Op::map && mapping_limit_ != BackendLimits::kUnbounded &&
-      usage().mappings + kUnitsPerMap > mapping_limit_) {
-    // Refused now, as the map itself would be: the lake routes around it
-    // (it reclaims and retries) while it can still choose, not later.
-    return detail::fail(Status::out_of_mappings,
-                        "deferring: mapping %zu bytes would pass the limit of %zu mapping units "
-                        "(counting those queued)",
-                        call.size, mapping_limit_);
+  if (call.op == Op::map && near_limit()) {
+    // Near the mapping limit a map is made now, after what is queued: a
+    // refusal then reaches the lake, which reclaims and retries, instead of
+    // failing after the block was handed out (a worker job may take units
+    // meanwhile that no count here foresees).
+    seal();
+    run_pending();
+    return upstream().map(call.va, call.size, call.chunk);
   }
   open_.calls.push_back(call);
   if (call.op == Op::map) {
@@ -68,6 +68,11 @@ Status DeferringBackend::defer(Call call) {
   }
   calls_.fetch_add(1, std::memory_order_relaxed);
   return Status::ok;
+}
+
+bool DeferringBackend::near_limit() const {
+  if (mapping_limit_ == BackendLimits::kUnbounded) return false;
+  return usage().mappings + kUnitsPerMap > mapping_limit_ - mapping_limit_ / 8;
 }
 
 bool DeferringBackend::seal() {

@@ -12,9 +12,9 @@
 // that must come after queued ones (unreserve, release_chunk, export_chunk,
 // and an unmap or map made outside a scope on a range a batch may still
 // touch) first runs every queued batch on the calling thread. Limits: usage()
-// counts the mapping units queued calls will take, and a map that would pass
-// the limit with them is refused at once, as it would be if made, so that the
-// lake routes around it while it still can.
+// counts the mapping units queued calls will take, and within an eighth of
+// the mapping limit maps are made at once (after the queued calls), so that
+// a refusal reaches the lake, which routes around it, as without deferring.
 //
 // A queued call the driver refuses when it runs cannot be reported to the
 // caller who already has the block: the batch still raises its counter (no
@@ -108,6 +108,8 @@ class DeferringBackend final : public BackendAdaptor {
   };
 
   bool deferring() const;
+  // Within an eighth of the mapping limit, counting queued maps.
+  bool near_limit() const;
   Status defer(Call call);
   void run(const Batch& batch);
   // The batch's calls as run, in order, with a set_access over a range the
