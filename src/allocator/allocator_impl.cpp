@@ -37,6 +37,7 @@ std::unique_ptr<Backend> wrap(const Config& config, std::unique_ptr<Backend> bac
   }
   auto taking = std::make_unique<TurnTakingBackend>(std::move(below_turns));
   *turns = &taking->turns();
+  if (*deferring != nullptr) (*deferring)->give_way_to(*turns);
   return taking;
 }
 

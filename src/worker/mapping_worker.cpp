@@ -60,6 +60,7 @@ void MappingWorker::wake_deferred() {
 // made by whoever next needs it done (DeferringBackend runs it first).
 void MappingWorker::deferred_loop() {
   WorkerThreadScope worker;
+  DeferringBackend::RunnerScope gives_way_at_the_driver;
   std::unique_lock lock(deferred_mutex_);
   for (;;) {
     deferred_wake_.wait(lock, [&] { return deferred_ready_ || deferred_stopping_; });

@@ -2,6 +2,8 @@
 #include "backend/adaptors/deferring_backend.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "backend/backend_detail.hpp"
@@ -11,6 +13,9 @@ namespace memlake {
 
 namespace {
 thread_local DeferringBackend* t_deferring = nullptr;
+thread_local bool t_runner = false;
+// How often a runner that gives way looks at the turns again.
+constexpr std::chrono::microseconds kGiveWayPoll{20};
 // backend.hpp: a map adds at most two mapping units.
 constexpr std::size_t kUnitsPerMap = 2;
 // Chunks granted access per driver call (split_access); the worker's own
@@ -29,6 +34,14 @@ DeferringBackend::DeferringBackend(std::unique_ptr<Backend> upstream)
 DeferringBackend::~DeferringBackend() {
   run_pending();
   if (counter_ != nullptr) upstream().counter_destroy(counter_);
+}
+
+DeferringBackend::RunnerScope::RunnerScope() noexcept {
+  t_runner = true;
+}
+
+DeferringBackend::RunnerScope::~RunnerScope() {
+  t_runner = false;
 }
 
 DeferringBackend::DeferScope::DeferScope(DeferringBackend* b, bool on) noexcept
@@ -166,8 +179,13 @@ void DeferringBackend::run(const Batch& batch) {
   std::vector<Call> calls;
   calls.reserve(batch.calls.size());
   split_access(batch, &calls);
-  for (const Call& c : calls)
+  for (const Call& c : calls) {
+    // The allocating thread's own driver calls go first (turn_taking_backend.hpp).
+    if (t_runner && turns_ != nullptr)
+      while (turns_->held() && others_running_.load(std::memory_order_relaxed) == 0)
+        std::this_thread::sleep_for(kGiveWayPoll);
     if (make(c) != Status::ok) note_failure();
+  }
   // Raised whatever happened: no stream may wait for ever.
   upstream().counter_set(counter_, batch.number);
 }
@@ -183,6 +201,13 @@ void DeferringBackend::note_failure() {
 
 bool DeferringBackend::run_pending() {
   if (!pending()) return false;
+  if (!t_runner) others_running_.fetch_add(1);
+  struct Done {
+    std::atomic<int>* others;
+    ~Done() {
+      if (others != nullptr) others->fetch_sub(1);
+    }
+  } done{t_runner ? nullptr : &others_running_};
   std::lock_guard running(run_mutex_);
   bool ran = false;
   for (;;) {

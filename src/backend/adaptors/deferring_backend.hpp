@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/adaptors/backend_adaptor.hpp"
+#include "backend/adaptors/turn_taking_backend.hpp"
 
 namespace memlake {
 
@@ -70,6 +71,18 @@ class DeferringBackend final : public BackendAdaptor {
   // Runs every queued batch, in order, on the calling thread; true when it
   // ran any.
   bool run_pending();
+  // The thread that makes batches in the background marks itself with a
+  // RunnerScope: between its calls it gives way while `turns` (the
+  // allocating thread's) are held, unless another thread waits to run the
+  // queue itself.
+  void give_way_to(const DriverTurns* turns) { turns_ = turns; }
+  class RunnerScope {
+   public:
+    RunnerScope() noexcept;
+    ~RunnerScope();
+    RunnerScope(const RunnerScope&) = delete;
+    RunnerScope& operator=(const RunnerScope&) = delete;
+  };
   // The cause of the first queued call the driver refused, once; empty when
   // none (or already taken).
   std::string take_failure();
@@ -137,6 +150,8 @@ class DeferringBackend final : public BackendAdaptor {
   // Streams and the newest batch each already waits for (few streams).
   std::vector<std::pair<StreamHandle, std::uint64_t>> waited_;
 
+  const DriverTurns* turns_ = nullptr;
+  std::atomic<int> others_running_{0};  // threads other than the runner in run_pending
   std::atomic<std::uint64_t> batches_{0}, calls_{0}, stream_waits_{0}, failures_{0};
   std::atomic<std::uint64_t> lag_ns_{0}, lag_max_ns_{0};
 };
