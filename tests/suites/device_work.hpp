@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.hpp"
 
@@ -32,6 +33,15 @@ MEMLAKE_TEST_HD inline std::uint32_t work_word(std::uint32_t seed, std::uint32_t
 // What mix writes for input word `x` at index `i`.
 MEMLAKE_TEST_HD inline std::uint32_t mix_word(std::uint32_t x, std::uint32_t key, std::uint32_t i) {
   return work_word(x ^ key, i);
+}
+
+using Words = std::vector<std::uint32_t>;
+
+// What fill(seed) writes over `words` words.
+inline Words expected_fill(std::size_t words, std::uint32_t seed) {
+  Words w(words);
+  for (std::size_t i = 0; i < words; ++i) w[i] = work_word(seed, static_cast<std::uint32_t>(i));
+  return w;
 }
 
 class DeviceWork {

@@ -21,14 +21,6 @@
 namespace memlake::test {
 namespace {
 
-using Words = std::vector<std::uint32_t>;
-
-Words expected_fill(std::size_t words, std::uint32_t seed) {
-  Words w(words);
-  for (std::size_t i = 0; i < words; ++i) w[i] = work_word(seed, static_cast<std::uint32_t>(i));
-  return w;
-}
-
 Words expected_mix(const Words& src, std::uint32_t key) {
   Words w(src.size());
   for (std::size_t i = 0; i < src.size(); ++i)

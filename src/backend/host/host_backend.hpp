@@ -176,6 +176,8 @@ class HostBackend final : public Backend {
   void drop_mapping(ChunkHandle chunk);
   // The status and message for an mmap/munmap/mprotect failure with `err`.
   Status vm_failure(int err, const char* call, DevicePtr va, std::size_t size);
+  // With stream_mutex_ held; null (message set) for an unknown handle.
+  std::shared_ptr<Counter> find_counter(CounterHandle counter, const char* call);
   // With stream_mutex_ held; creates the default stream on first use.
   std::shared_ptr<HostStream> find_stream(StreamHandle stream, const char* call);
   // host_backend_capture.cpp, with stream_mutex_ held.

@@ -44,6 +44,14 @@ Status guarded(const char* call, Body&& body) noexcept {
 
 }  // namespace
 
+std::shared_ptr<HostBackend::Counter> HostBackend::find_counter(CounterHandle counter,
+                                                                const char* call) {
+  auto it = counters_.find(counter);
+  if (it != counters_.end()) return it->second;
+  fail(Status::invalid_argument, "host: %s: unknown counter %p", call, counter);
+  return nullptr;
+}
+
 Status HostBackend::counter_create(CounterHandle* counter) {
   return guarded("counter_create", [&] {
     if (counter == nullptr)
@@ -61,11 +69,9 @@ Status HostBackend::counter_destroy(CounterHandle counter) {
     std::shared_ptr<Counter> c;
     {
       std::lock_guard lock(stream_mutex_);
-      auto it = counters_.find(counter);
-      if (it == counters_.end())
-        return fail(Status::invalid_argument, "host: counter_destroy: unknown counter %p", counter);
-      c = std::move(it->second);
-      counters_.erase(it);
+      c = find_counter(counter, "counter_destroy");
+      if (!c) return Status::invalid_argument;
+      counters_.erase(counter);
     }
     c->set(std::numeric_limits<std::uint64_t>::max());
     return Status::ok;
@@ -77,10 +83,8 @@ Status HostBackend::counter_set(CounterHandle counter, std::uint64_t value) {
     std::shared_ptr<Counter> c;
     {
       std::lock_guard lock(stream_mutex_);
-      auto it = counters_.find(counter);
-      if (it == counters_.end())
-        return fail(Status::invalid_argument, "host: counter_set: unknown counter %p", counter);
-      c = it->second;
+      c = find_counter(counter, "counter_set");
+      if (!c) return Status::invalid_argument;
     }
     c->set(value);
     return Status::ok;
@@ -103,12 +107,8 @@ Status HostBackend::stream_wait_counter(StreamHandle stream, CounterHandle count
     wait->value = value;
     {
       std::lock_guard lock(stream_mutex_);
-      auto it = counters_.find(counter);
-      if (it == counters_.end()) {
-        return fail(Status::invalid_argument, "host: stream_wait_counter: unknown counter %p",
-                    counter);
-      }
-      wait->counter = it->second;
+      wait->counter = find_counter(counter, "stream_wait_counter");
+      if (!wait->counter) return Status::invalid_argument;
       s = find_stream(stream, "stream_wait_counter");
       if (!s) return Status::invalid_argument;
       if (capture_of(s.get()) != nullptr) {
