@@ -167,7 +167,15 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
 
 void AllocatorImpl::deferred_failure() {
   if (deferring_->available()) return;
-  if (std::string why = deferring_->take_failure(); !why.empty()) throw backend_error(why);
+  const std::string why = deferring_->take_failure();
+  if (deferring_->remake_failed()) {
+    if (!why.empty()) throw backend_error(why + "; the refused calls were made again now");
+    return;
+  }
+  throw backend_error(
+      (why.empty() ? std::string() : why + "; ") +
+      "memlake: mappings refused after their blocks were handed out could not be made again (" +
+      backend_->last_error() + "); this allocator serves no memory until they can");
 }
 
 void AllocatorImpl::hand_off_deferred(const lake::Placed& p, Stream stream) {

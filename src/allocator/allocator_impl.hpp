@@ -98,8 +98,9 @@ class AllocatorImpl {
   // nothing serves.
   lake::Placed climb(const lake::Request& request, Stream stream);
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
-  // defer_mapping: throws, once, the cause of a deferred call the backend
-  // refused; then queues the climb's deferred calls for the worker and makes
+  // defer_mapping: after a deferred call the backend refused, makes it again
+  // and throws its cause (once), or throws on every call while it still
+  // fails; then queues the climb's deferred calls for the worker and makes
   // `stream` wait for every batch not yet made.
   void deferred_failure();
   void hand_off_deferred(const lake::Placed& p, Stream stream);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/adaptors/fault_backend.hpp"
 #include "suites/core_fixture.hpp"
 #include "suites/device_work.hpp"
 
@@ -157,6 +158,45 @@ TEST_F(DeferredMapping, AnotherStreamGivenTheMemoryWaitsToo) {
   EXPECT_INVARIANTS(*alloc);
   alloc->destroy_stream(a);
   alloc->destroy_stream(b);
+}
+
+// A deferred map the driver refuses (twice: the runner tries again once):
+// the stream is not held for ever, the next allocation reports the cause
+// after making the refused calls again, and from then on the block and new
+// ones hold what their stream writes.
+TEST_F(DeferredMapping, ARefusedDeferredMapIsMadeAgainAndReported) {
+  Config c = deferring_config();
+  c.capacity = 256 * MiB;
+  auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
+  FaultBackend* faults = faulty.get();
+  Allocator alloc(c, std::move(faulty));
+  const Stream s = alloc.create_stream();
+  faults->fail_nth(VmmOp::map, 1);
+  faults->fail_nth(VmmOp::map, 2);
+  const std::size_t words = 8 * MiB / sizeof(std::uint32_t);
+  auto* p = static_cast<std::uint32_t*>(alloc.allocate(words * sizeof(std::uint32_t), s));
+  ASSERT_EQ(alloc.backend().stream_synchronize(s), Status::ok);  // the counter was raised
+  EXPECT_EQ(faults->injected(VmmOp::map), 2u);
+  try {
+    alloc.allocate(1 * MiB, s);
+    ADD_FAILURE() << "no error after a refused deferred map";
+  } catch (const backend_error& e) {
+    EXPECT_NE(std::string(e.what()).find("made after its block was handed out failed"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("made again"), std::string::npos) << e.what();
+  }
+  work_->fill(alloc.backend(), s, p, words, 7);
+  auto* q = static_cast<std::uint32_t*>(alloc.allocate(words * sizeof(std::uint32_t), s));
+  work_->fill(alloc.backend(), s, q, words, 8);
+  ASSERT_EQ(alloc.backend().stream_synchronize(s), Status::ok);
+  EXPECT_EQ(read(p, words), expected_fill(words, 7));
+  EXPECT_EQ(read(q, words), expected_fill(words, 8));
+  EXPECT_GE(alloc.stats().deferred_failures.current, 1);
+  alloc.deallocate(p, words * sizeof(std::uint32_t), s);
+  alloc.deallocate(q, words * sizeof(std::uint32_t), s);
+  EXPECT_INVARIANTS(alloc);
+  alloc.destroy_stream(s);
 }
 
 TEST_F(DeferredMapping, NeedsTheWorkerThread) {

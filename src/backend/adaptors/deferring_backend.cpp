@@ -184,19 +184,37 @@ void DeferringBackend::run(const Batch& batch) {
     if (t_runner && turns_ != nullptr)
       while (turns_->held() && others_running_.load(std::memory_order_relaxed) == 0)
         std::this_thread::sleep_for(kGiveWayPoll);
-    if (make(c) != Status::ok) note_failure();
+    if (make(c) != Status::ok) note_failure(c);
   }
   // Raised whatever happened: no stream may wait for ever.
   upstream().counter_set(counter_, batch.number);
 }
 
-void DeferringBackend::note_failure() {
+void DeferringBackend::note_failure(const Call& c) {
   failures_.fetch_add(1, std::memory_order_relaxed);
-  if (failed_.exchange(true)) return;
   std::string cause = upstream().last_error();
   std::lock_guard lock(queue_mutex_);
+  failed_calls_.push_back(c);
+  if (failed_.exchange(true)) return;
   failure_ = "memlake: a mapping made after its block was handed out failed (" + cause +
-             "); the block may be inaccessible, and mappings are made at once from now on";
+             "); work that reached the block meanwhile found it unmapped, and mappings are made "
+             "at once from now on";
+}
+
+bool DeferringBackend::remake_failed() {
+  run_pending();
+  std::vector<Call> failed;
+  {
+    std::lock_guard lock(queue_mutex_);
+    failed.swap(failed_calls_);
+  }
+  std::vector<Call> still;
+  for (const Call& c : failed)
+    if (make(c) != Status::ok) still.push_back(c);
+  std::lock_guard lock(queue_mutex_);
+  const bool whole = still.empty();
+  failed_calls_.insert(failed_calls_.begin(), still.begin(), still.end());
+  return whole;
 }
 
 bool DeferringBackend::run_pending() {

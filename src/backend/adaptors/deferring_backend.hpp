@@ -18,8 +18,9 @@
 //
 // A queued call the driver refuses when it runs cannot be reported to the
 // caller who already has the block: the batch still raises its counter (no
-// stream waits for ever), deferring stops, and take_failure() gives the
-// cause to the allocator, which reports it at its next call.
+// stream waits for ever), deferring stops, and the allocator, at its next
+// call, makes the refused calls again (remake_failed) and reports the cause
+// (take_failure): work that reached the block meanwhile found it unmapped.
 #pragma once
 
 #include <atomic>
@@ -86,6 +87,9 @@ class DeferringBackend final : public BackendAdaptor {
   // The cause of the first queued call the driver refused, once; empty when
   // none (or already taken).
   std::string take_failure();
+  // Makes the refused calls again, in order, on the calling thread (after
+  // what is queued); true when none is left refused. Allocator lock held.
+  bool remake_failed();
 
   struct Counts {
     std::uint64_t batches = 0;       // batches sealed
@@ -128,7 +132,7 @@ class DeferringBackend final : public BackendAdaptor {
   // The batch's calls as run, in order, with a set_access over a range the
   // batch mapped cut into calls of a few chunks each.
   static void split_access(const Batch& batch, std::vector<Call>* calls);
-  void note_failure();
+  void note_failure(const Call& c);
   Status make(const Call& c);
 
   CounterHandle counter_ = nullptr;
@@ -143,6 +147,7 @@ class DeferringBackend final : public BackendAdaptor {
   std::deque<Batch> queue_;
   std::size_t queued_units_ = 0;  // mapping units the queued maps will take
   std::string failure_;
+  std::vector<Call> failed_calls_;        // refused when run, in order
   std::mutex run_mutex_;                  // one thread runs batches at a time
   std::atomic<std::uint64_t> sealed_{0};  // number of the newest batch sealed
   std::atomic<std::uint64_t> done_{0};    // number of the newest batch run
