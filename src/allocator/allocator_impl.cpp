@@ -314,6 +314,7 @@ void AllocatorImpl::destroy_stream(Stream stream) {
   {
     std::lock_guard lock(mutex_);
     order_.forget(stream);
+    if (deferring_ != nullptr) deferring_->forget(stream);
   }
   if (backend_->stream_destroy(stream) != Status::ok)
     throw backend_error("memlake: stream_destroy failed: " + backend_->last_error());

@@ -121,6 +121,10 @@ Status DeferringBackend::wait(StreamHandle stream) {
   return Status::ok;
 }
 
+void DeferringBackend::forget(StreamHandle stream) {
+  std::erase_if(waited_, [&](const auto& w) { return w.first == stream; });
+}
+
 Status DeferringBackend::make(const Call& c) {
   Status s = Status::ok;
   for (int attempt = 0; attempt < 2; ++attempt) {

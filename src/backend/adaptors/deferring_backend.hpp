@@ -67,6 +67,9 @@ class DeferringBackend final : public BackendAdaptor {
   // `stream` waits, GPU-side, for every batch not yet run, unless it already
   // waits for the newest. Allocator lock held.
   Status wait(StreamHandle stream);
+  // The stream is gone: a later stream with the same handle has waited for
+  // nothing. Allocator lock held.
+  void forget(StreamHandle stream);
   // Whether a batch is queued and not yet run.
   bool pending() const { return done_.load() < sealed_.load(); }
   // Runs every queued batch, in order, on the calling thread; true when it
