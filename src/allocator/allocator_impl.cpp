@@ -119,7 +119,7 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
   lake::Placed p;
   {
-    DeferringBackend::DeferScope deferred(deferring_, true);
+    DeferringBackend::DeferScope deferred(deferring_);
     p = climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history}, stream);
   }
   if (MEMLAKE_UNLIKELY(deferring_ != nullptr)) hand_off_deferred(p, stream);

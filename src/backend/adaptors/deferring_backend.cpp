@@ -44,9 +44,8 @@ DeferringBackend::RunnerScope::~RunnerScope() {
   t_runner = false;
 }
 
-DeferringBackend::DeferScope::DeferScope(DeferringBackend* b, bool on) noexcept
-    : saved_(t_deferring) {
-  if (on && b != nullptr && b->available()) t_deferring = b;
+DeferringBackend::DeferScope::DeferScope(DeferringBackend* b) noexcept : saved_(t_deferring) {
+  if (b != nullptr && b->available()) t_deferring = b;
 }
 
 DeferringBackend::DeferScope::~DeferScope() {

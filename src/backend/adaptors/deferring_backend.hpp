@@ -10,8 +10,10 @@
 //
 // Order: batches run one at a time, in the order they were sealed. A call
 // that must come after queued ones (unreserve, release_chunk, export_chunk,
-// and an unmap or map made outside a scope on a range a batch may still
-// touch) first runs every queued batch on the calling thread. Limits: usage()
+// and an unmap made outside a scope, which may hit a range a batch still
+// maps) first runs every queued batch on the calling thread; a map outside
+// a scope (the worker's jobs) maps chunks into a range of its own and goes
+// straight upstream. Limits: usage()
 // counts the mapping units queued calls will take, and within an eighth of
 // the mapping limit maps are made at once (after the queued calls), so that
 // a refusal reaches the lake, which routes around it, as without deferring.
@@ -49,10 +51,11 @@ class DeferringBackend final : public BackendAdaptor {
   // from the start.
   const std::string& unavailable_reason() const { return unavailable_; }
 
-  // Calls of this thread on this backend are deferred while a scope lives.
+  // Calls of this thread on `b` (if not null) are deferred while a scope
+  // lives.
   class DeferScope {
    public:
-    DeferScope(DeferringBackend* b, bool on) noexcept;
+    explicit DeferScope(DeferringBackend* b) noexcept;
     ~DeferScope();
     DeferScope(const DeferScope&) = delete;
     DeferScope& operator=(const DeferScope&) = delete;
