@@ -9,12 +9,10 @@
 namespace memlake {
 
 namespace {
-// On its own thread the worker grants access a few chunks per call: the
-// driver serializes calls and access costs per handle (about 29 us on an
-// H200), so an allocating thread that needs the driver waits for at most
-// this much of the worker's work (TurnTakingBackend). Inline, one call.
+// On its own thread the worker grants access a few chunks per call
+// (turn_taking_backend.hpp); inline, one call.
 std::size_t chunks_per_access(WorkerMode mode) {
-  return mode == WorkerMode::thread ? 4 : SIZE_MAX;
+  return mode == WorkerMode::thread ? kBackgroundChunksPerAccess : SIZE_MAX;
 }
 }  // namespace
 

@@ -18,9 +18,6 @@ thread_local bool t_runner = false;
 constexpr std::chrono::microseconds kGiveWayPoll{20};
 // backend.hpp: a map adds at most two mapping units.
 constexpr std::size_t kUnitsPerMap = 2;
-// Chunks granted access per driver call (split_access); the worker's own
-// jobs use the same number (mapping_worker.cpp).
-constexpr std::size_t kChunksPerAccess = 4;
 }  // namespace
 
 DeferringBackend::DeferringBackend(std::unique_ptr<Backend> upstream)
@@ -95,8 +92,8 @@ bool DeferringBackend::seal() {
   {
     std::lock_guard lock(queue_mutex_);
     b.number = sealed_.load(std::memory_order_relaxed) + 1;
-    queued_units_ += open_units_;
-    open_units_ = 0;
+    b.units = std::exchange(open_units_, 0);
+    queued_units_ += b.units;
     queue_.push_back(std::move(b));
     sealed_.store(queue_.back().number, std::memory_order_release);
   }
@@ -165,12 +162,12 @@ void DeferringBackend::split_access(const Batch& batch, std::vector<Call>* calls
       tiles = tiles && m.first == at;
       at = m.first + m.second;
     }
-    if (!tiles || at != c.va + c.size || inside.size() <= kChunksPerAccess) {
+    if (!tiles || at != c.va + c.size || inside.size() <= kBackgroundChunksPerAccess) {
       calls->push_back(c);
       continue;
     }
-    for (std::size_t i = 0; i < inside.size(); i += kChunksPerAccess) {
-      const std::size_t end = std::min(inside.size(), i + kChunksPerAccess);
+    for (std::size_t i = 0; i < inside.size(); i += kBackgroundChunksPerAccess) {
+      const std::size_t end = std::min(inside.size(), i + kBackgroundChunksPerAccess);
       const DevicePtr from = inside[i].first;
       calls->push_back(
           {Op::set_access, from, inside[end - 1].first + inside[end - 1].second - from, 0});
@@ -233,18 +230,16 @@ bool DeferringBackend::run_pending() {
   bool ran = false;
   for (;;) {
     Batch b;
-    std::size_t units = 0;
     {
       std::lock_guard lock(queue_mutex_);
       if (queue_.empty()) break;
       b = std::move(queue_.front());
       queue_.pop_front();
-      for (const Call& c : b.calls) units += c.op == Op::map ? kUnitsPerMap : 0;
     }
     run(b);
     {
       std::lock_guard lock(queue_mutex_);
-      queued_units_ -= std::min(queued_units_, units);
+      queued_units_ -= b.units;
     }
     done_.store(b.number, std::memory_order_release);
     const auto lag = static_cast<std::uint64_t>(std::max<std::int64_t>(now_ns() - b.sealed_ns, 0));

@@ -127,6 +127,7 @@ class DeferringBackend final : public BackendAdaptor {
   struct Batch {
     std::uint64_t number = 0;
     std::int64_t sealed_ns = 0;  // steady clock
+    std::size_t units = 0;       // mapping units its maps take (usage())
     std::vector<Call> calls;
   };
 

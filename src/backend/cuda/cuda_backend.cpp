@@ -50,7 +50,7 @@ struct Driver {
 };
 
 Driver g_driver;
-std::string g_driver_error;  // empty when every entry point was found
+std::string g_driver_error;  // the last entry point resolve() did not find
 
 template <class Fn>
 bool resolve(const char* symbol, Fn* fn) {
@@ -897,17 +897,12 @@ struct HostCounter {
   CUdeviceptr device = 0;
 };
 
+// Resolved on first use, apart from the driver table: a driver without it
+// still serves everything but host counters.
 PFN_cuStreamWaitValue64_v11070 stream_wait_value64() {
   static PFN_cuStreamWaitValue64_v11070 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &p, kDriverAbiVersion,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(p);
+    PFN_cuStreamWaitValue64_v11070 p = nullptr;
+    return resolve("cuStreamWaitValue64", &p) ? p : nullptr;
   }();
   return fn;
 }
