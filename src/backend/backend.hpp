@@ -189,8 +189,13 @@ class Backend {
   virtual Status launch_host_func(StreamHandle stream, HostFn fn, void* user) = 0;
   // --- host counters (stream-ordered mapping) ------------------------------
   // The defaults say not_supported. A counter starts at 0 and only grows.
+  // Values stay at most kCounterReleased (a larger one is invalid_argument):
+  // CUDA compares a counter with a waited value cyclically, as
+  // (int64_t)(counter - value) >= 0, so a counter at 2^64 - 1 would hold
+  // every wait for ever instead of releasing it.
+  static constexpr std::uint64_t kCounterReleased = std::uint64_t{1} << 62;
   virtual Status counter_create(CounterHandle* counter);
-  // Sets the counter to its largest value first, so that no stream waits on
+  // Sets the counter to kCounterReleased first, so that no stream waits on
   // it for ever.
   virtual Status counter_destroy(CounterHandle counter);
   // Host-side: the counter becomes `value` (not smaller than before).

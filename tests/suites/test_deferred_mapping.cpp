@@ -6,6 +6,7 @@
 // on its stream must read back intact.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/adaptors/fault_backend.hpp"
@@ -83,9 +84,32 @@ TEST_F(DeferredMapping, DestroyingACounterReleasesItsWaiters) {
   ASSERT_EQ(made, Status::ok);
   StreamHandle s = nullptr;
   ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  // Small and the largest value a wait may name: both are released.
   ASSERT_EQ(backend->stream_wait_counter(s, counter, 1'000'000), Status::ok);
+  ASSERT_EQ(backend->stream_wait_counter(s, counter, Backend::kCounterReleased), Status::ok);
   ASSERT_EQ(backend->counter_destroy(counter), Status::ok);
   EXPECT_EQ(backend->stream_synchronize(s), Status::ok) << backend->last_error();
+  EXPECT_EQ(backend->stream_destroy(s), Status::ok);
+}
+
+// Beyond kCounterReleased a cyclic comparison could never be met: such
+// values are refused, and the counter stays usable.
+TEST_F(DeferredMapping, ValuesAboveTheReleasedValueAreRefused) {
+  auto backend = platform_->backend(64 * MiB);
+  CounterHandle counter = nullptr;
+  const Status made = backend->counter_create(&counter);
+  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
+  ASSERT_EQ(made, Status::ok);
+  StreamHandle s = nullptr;
+  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  const std::uint64_t too_high = Backend::kCounterReleased + 1;
+  EXPECT_EQ(backend->stream_wait_counter(s, counter, too_high), Status::invalid_argument);
+  EXPECT_NE(backend->last_error().find("above 2^62"), std::string::npos) << backend->last_error();
+  EXPECT_EQ(backend->counter_set(counter, too_high), Status::invalid_argument);
+  ASSERT_EQ(backend->counter_set(counter, 3), Status::ok);
+  ASSERT_EQ(backend->stream_wait_counter(s, counter, 3), Status::ok);
+  EXPECT_EQ(backend->stream_synchronize(s), Status::ok) << backend->last_error();
+  EXPECT_EQ(backend->counter_destroy(counter), Status::ok);
   EXPECT_EQ(backend->stream_destroy(s), Status::ok);
 }
 

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <string>
 
@@ -952,8 +951,7 @@ Status CudaBackend::counter_destroy(CounterHandle counter) {
   if (counter == nullptr)
     return fail(Status::invalid_argument, "cuda: counter_destroy: null counter");
   auto* c = static_cast<HostCounter*>(counter);
-  std::atomic_ref<std::uint64_t>(*c->host).store(std::numeric_limits<std::uint64_t>::max(),
-                                                 std::memory_order_release);
+  std::atomic_ref<std::uint64_t>(*c->host).store(kCounterReleased, std::memory_order_release);
   MEMLAKE_CUDA_VMM_GUARD();
   // Streams still waiting on it go on first: the memory goes once the device
   // is done with it.
@@ -967,6 +965,10 @@ Status CudaBackend::counter_destroy(CounterHandle counter) {
 
 Status CudaBackend::counter_set(CounterHandle counter, std::uint64_t value) {
   if (counter == nullptr) return fail(Status::invalid_argument, "cuda: counter_set: null counter");
+  if (value > kCounterReleased) {
+    return fail(Status::invalid_argument, "cuda: counter_set: value %llu above 2^62",
+                static_cast<unsigned long long>(value));
+  }
   auto* c = static_cast<HostCounter*>(counter);
   std::atomic_ref<std::uint64_t> word(*c->host);
   if (value > word.load(std::memory_order_relaxed)) word.store(value, std::memory_order_release);
@@ -977,6 +979,10 @@ Status CudaBackend::stream_wait_counter(StreamHandle stream, CounterHandle count
                                         std::uint64_t value) {
   if (counter == nullptr) {
     return fail(Status::invalid_argument, "cuda: stream_wait_counter: null counter");
+  }
+  if (value > kCounterReleased) {
+    return fail(Status::invalid_argument, "cuda: stream_wait_counter: value %llu above 2^62",
+                static_cast<unsigned long long>(value));
   }
   MEMLAKE_CUDA_GUARD();
   const CUresult r = stream_wait_value64()(reinterpret_cast<CUstream>(to_stream(stream)),

@@ -1,10 +1,11 @@
 // HostBackend: host counters (see backend.hpp). A stream waits on a counter
 // with a job that blocks the stream's thread until the counter is high
 // enough, as cuStreamWaitValue64 holds a CUDA stream; the job holds the
-// counter, so destroying it (which first sets it to its largest value)
-// never pulls it from under a waiting job.
+// counter, so destroying it (which first sets it to kCounterReleased)
+// never pulls it from under a waiting job. The wait compares as CUDA's
+// does, cyclically, so what would hang a GPU stream hangs a host one.
 #include <condition_variable>
-#include <limits>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -31,7 +32,7 @@ struct HostBackend::Counter {
   }
   void wait_for(std::uint64_t v) {
     std::unique_lock lock(mutex);
-    raised.wait(lock, [&] { return value >= v; });
+    raised.wait(lock, [&] { return static_cast<std::int64_t>(value - v) >= 0; });
   }
 };
 
@@ -73,13 +74,17 @@ Status HostBackend::counter_destroy(CounterHandle counter) {
       if (!c) return Status::invalid_argument;
       counters_.erase(counter);
     }
-    c->set(std::numeric_limits<std::uint64_t>::max());
+    c->set(kCounterReleased);
     return Status::ok;
   });
 }
 
 Status HostBackend::counter_set(CounterHandle counter, std::uint64_t value) {
   return guarded("counter_set", [&] {
+    if (value > kCounterReleased) {
+      return fail(Status::invalid_argument, "host: counter_set: value %llu above 2^62",
+                  static_cast<unsigned long long>(value));
+    }
     std::shared_ptr<Counter> c;
     {
       std::lock_guard lock(stream_mutex_);
@@ -102,6 +107,10 @@ Status HostBackend::stream_wait_counter(StreamHandle stream, CounterHandle count
     }
   };
   return guarded("stream_wait_counter", [&] {
+    if (value > kCounterReleased) {
+      return fail(Status::invalid_argument, "host: stream_wait_counter: value %llu above 2^62",
+                  static_cast<unsigned long long>(value));
+    }
     std::shared_ptr<HostStream> s;
     auto wait = std::make_unique<Wait>();
     wait->value = value;
