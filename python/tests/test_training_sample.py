@@ -85,13 +85,31 @@ class CompareTable(unittest.TestCase):
         rows = [line.split()[0] for line in text.splitlines()[2:6]]
         self.assertEqual(rows, ["native", "expandable", "memlake", "memlake/worker:off"], text)
         self.assertIn("memlake/worker:off: peak reserved 0.950x memlake's, step time 1.200x "
-                      "native's, critical-path VMM calls 10, worker VMM calls 4", text)
+                      "native's (mean step 1.200x native's), critical-path VMM calls 10, worker "
+                      "VMM calls 4", text)
         targets = summary["targets"]
         # The variant stays out of memlake's own targets.
         self.assertEqual(sorted(targets["peak_reserved_ratio"]), ["expandable", "native"])
         self.assertAlmostEqual(targets["step_time_ratio"], 1.2)
         self.assertAlmostEqual(targets["step_time_ratio_by_variant"]["memlake/worker:off"], 1.2)
         self.assertEqual(summary["allocators"]["memlake/worker:off"]["run_medians"], [0.11, 0.13])
+
+    def test_the_mean_step_counts_the_steps_the_median_leaves_out(self):
+        # After one warm-up step: memlake's fast steps match native's, its slow
+        # steps (new shapes) take longer; the medians tie, the means do not.
+        def steps(name, slow_ms, rnd):
+            r = run(name, 100, 5.0, rnd=rnd)
+            r["step_seconds"] = [0.5, 0.1, 0.1, slow_ms / 1e3]
+            r["median_step_seconds"] = 0.1
+            return r
+        runs = [steps("native", 400, 1), steps("memlake", 700, 1), steps("expandable", 400, 1),
+                steps("native", 400, 2), steps("memlake", 700, 2), steps("expandable", 400, 2)]
+        (text, summary, ok), = compare.run_tables(runs)
+        targets = summary["targets"]
+        self.assertAlmostEqual(targets["step_time_ratio"], 1.0)
+        self.assertAlmostEqual(targets["step_time_ratio_mean"], 0.3 / 0.2)
+        self.assertAlmostEqual(summary["allocators"]["memlake"]["mean_step_seconds"], 0.3)
+        self.assertIn("mean step 1.500 native", text)
 
 
 def x(cat, name, ts, dur):

@@ -1,6 +1,6 @@
 """Child processes of train.py: one run per allocator and round, and the
 tables of --compare and --summarize (peak reserved, median step time and its
-spread over interleaved rounds, losses against the reference, and whether
+spread over interleaved rounds, mean step time, losses against the reference, and whether
 memlake meets its targets)."""
 
 import json
@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from train import ALLOCATORS, GIB, allocator_list, int_range, median_after_warmup, split_variant
+from train import (ALLOCATORS, GIB, allocator_list, int_range, mean_after_warmup,
+                   median_after_warmup, split_variant)
 
 TRAIN = Path(__file__).resolve().with_name("train.py")
 
@@ -172,15 +173,16 @@ def run_table(runs):
     reference = by["native"][0] if "native" in by else runs[0]
     rounds = max(len(rs) for rs in by.values())
     lines = [workload_title(reference, rounds)]
-    lines.append("  %-10s %13s %11s %6s %14s %19s  %s" % (
+    lines.append("  %-10s %13s %11s %6s %14s %19s %12s  %s" % (
         "allocator", "peak reserved", "peak live", "util", "step ms median", "spread (rounds)",
-        "losses vs %s round 1" % reference["allocator"]))
+        "step ms mean", "losses vs %s round 1" % reference["allocator"]))
     stats, worst = {}, 0.0
     for name, rs in by.items():
         peaks = [r["peak_reserved_bytes"] for r in rs]
         live = max(r["peak_allocated_bytes"] or 0 for r in rs)
         medians = [r.get("median_step_seconds") or
                    median_after_warmup(r["step_seconds"], r.get("warmup", 3)) for r in rs]
+        means = [mean_after_warmup(r["step_seconds"], r.get("warmup", 3)) for r in rs]
         abs_diff = rel_diff = 0.0
         bitwise = True
         for r in rs:
@@ -199,7 +201,8 @@ def run_table(runs):
              "peak_reserved_by_round": peaks, "peak_allocated_bytes": live,
              "median_step_seconds": statistics.median(medians),
              "step_seconds_spread": [min(medians), max(medians)],
-             "run_medians": medians, "losses_bitwise_equal": bitwise,
+             "run_medians": medians, "mean_step_seconds": statistics.median(means),
+             "run_means": means, "losses_bitwise_equal": bitwise,
              "loss_max_abs_diff": abs_diff, "loss_max_rel_diff": rel_diff}
         if split_variant(name)[0] == "memlake":
             w = rs[0].get("warmup", 3)
@@ -216,10 +219,10 @@ def run_table(runs):
             "%.2f" % (p / GIB) for p in peaks)
         losses = ("reference" if rs[0] is reference and len(rs) == 1 else
                   "identical" if bitwise else "max abs diff %.3g, rel %.3g" % (abs_diff, rel_diff))
-        lines.append("  %-10s %9.2f GiB %7.2f GiB %6.3f %14.1f %8.1f-%-6.1f(%d)  %s%s" % (
+        lines.append("  %-10s %9.2f GiB %7.2f GiB %6.3f %14.1f %8.1f-%-6.1f(%d) %12.1f  %s%s" % (
             name, max(peaks) / GIB, live / GIB, live / max(max(peaks), 1),
             s["median_step_seconds"] * 1e3, min(medians) * 1e3, max(medians) * 1e3, len(rs),
-            losses, varies))
+            s["mean_step_seconds"] * 1e3, losses, varies))
     if "async" in stats:
         for source in stats["async"]["mempool_source"]:
             if source.startswith("unavailable"):
@@ -247,9 +250,14 @@ def run_table(runs):
             best = min(fast, key=lambda n: stats[n]["median_step_seconds"])
             ratio = m["median_step_seconds"] / stats[best]["median_step_seconds"]
             time_met = ratio <= 1.01
+            best_mean = min(fast, key=lambda n: stats[n]["mean_step_seconds"])
+            mean_ratio = m["mean_step_seconds"] / stats[best_mean]["mean_step_seconds"]
             lines.append("  target step time <= 1.01x the faster of native/expandable (%s): %s "
-                         "(%s)" % (best, "MET" if time_met else "MISSED", _fmt_ratio(ratio)))
+                         "(%s; mean step %s %s)" % (
+                             best, "MET" if time_met else "MISSED", _fmt_ratio(ratio),
+                             _fmt_ratio(mean_ratio), best_mean))
             targets["step_time_ratio"] = ratio
+            targets["step_time_ratio_mean"] = mean_ratio
             targets["step_time_met"] = time_met
         for name in (n for n in stats if n not in ALLOCATORS):
             v = stats[name]
@@ -257,8 +265,11 @@ def run_table(runs):
                 name, v["peak_reserved_bytes"] / m["peak_reserved_bytes"])
             if fast:
                 ratio = v["median_step_seconds"] / stats[best]["median_step_seconds"]
-                line += ", step time %.3fx %s's" % (ratio, best)
+                mean_ratio = v["mean_step_seconds"] / stats[best_mean]["mean_step_seconds"]
+                line += ", step time %.3fx %s's (mean step %.3fx %s's)" % (
+                    ratio, best, mean_ratio, best_mean)
                 targets.setdefault("step_time_ratio_by_variant", {})[name] = ratio
+                targets.setdefault("step_time_ratio_mean_by_variant", {})[name] = mean_ratio
             line += ", critical-path VMM calls %d, worker VMM calls %d" % (
                 v["critical_vmm_total"], v["worker_vmm_total"])
             lines.append(line)

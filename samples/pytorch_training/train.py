@@ -53,7 +53,8 @@ algorithms are on, so every allocator must give the same losses.
 r starts r places further along the list), each run a child process, and
 reports per allocator the peak reserved (the largest over rounds), the
 median over rounds of each run's median step time after --warmup steps with
-its spread (min-max), and how far its losses are from native's. Every run's
+its spread (min-max), the median over rounds of each run's mean step time
+after --warmup steps, and how far its losses are from native's. Every run's
 JSON is printed on a line starting with "JSON ".
 
 --find-batch searches, for each allocator, the largest --batch that trains
@@ -336,6 +337,13 @@ def allocator_backend(torch):
 def median_after_warmup(step_seconds, warmup):
     measured = step_seconds[warmup:] if len(step_seconds) > warmup else step_seconds
     return statistics.median(measured) if measured else float("nan")
+
+
+def mean_after_warmup(step_seconds, warmup):
+    """With a new length every step, steps fall in two groups (shapes seen before, and new ones
+    that pay for kernel selection), and the median lands on either; the mean counts both."""
+    measured = step_seconds[warmup:] if len(step_seconds) > warmup else step_seconds
+    return statistics.fmean(measured) if measured else float("nan")
 
 
 def train(args):
