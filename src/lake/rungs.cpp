@@ -149,6 +149,17 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     if (have >= size) return {};  // would fit; not this rung's business
     const std::size_t need = round_up(size - have, options_.granularity);
     if (seg.reserve || seg.sealed || seg.size + need > seg.va_size) return {};
+    // As for an extension: free chunks mapped elsewhere in this range cannot
+    // be mapped again after its end; new memory made instead of them is
+    // memory a new range over every free chunk would not make.
+    if (budget == Budget::create) {
+      std::vector<ChunkId> chosen;
+      if (!select_free_chunks(need, &chosen, s)) {
+        std::size_t usable = seg.size - seg.offsets[start];  // the run, mapped in s
+        for (ChunkId k : chosen) usable += pool_.size(k);
+        if (usable < pool_.free_bytes()) return {};
+      }
+    }
     if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::grow, s, tail ? start - 1 : start, tail, size);
   };

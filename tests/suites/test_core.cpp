@@ -110,6 +110,39 @@ TEST_F(CoreTest, RungsOfNewMemoryIdleSegmentFragmentGrowAndStitch) {
   EXPECT_INVARIANTS(*b);
 }
 
+// A range whose free chunks lie at its start and at its end, and a request
+// larger than all free memory: growing the range at its end could not map
+// the chunks at its start again and would make new memory for them too; a
+// new range over every free chunk makes only what they lack.
+TEST_F(CoreTest, NewMemoryIsOnlyWhatEveryFreeChunkLacks) {
+  auto a = make_granule_chunks(64 * MiB);
+  void* whole = a->allocate(14 * MiB);
+  a->deallocate(whole, 14 * MiB);
+  settle_all(*a);
+  void* head = a->allocate(2 * MiB);
+  void* middle = a->allocate(2 * MiB);
+  void* end = a->allocate(10 * MiB);
+  ASSERT_EQ(static_cast<char*>(middle), static_cast<char*>(head) + 2 * MiB);
+  ASSERT_EQ(static_cast<char*>(end), static_cast<char*>(middle) + 2 * MiB);
+  ASSERT_EQ(a->stats().reserved_bytes.current, static_cast<std::int64_t>(14 * MiB));
+  platform_->fill(middle, 2 * MiB, 7);
+  a->deallocate(head, 2 * MiB);
+  a->deallocate(end, 10 * MiB);
+  settle_all(*a);
+
+  // 12 MiB free (2 at the range's start, 10 at its end) for 16 MiB: 4 new.
+  StatsDelta d(*a);
+  void* big = a->allocate(16 * MiB);
+  EXPECT_EQ(d(&Stats::reserved_bytes), static_cast<std::int64_t>(4 * MiB)) << d.changed();
+  EXPECT_EQ(d(&Stats::rung_grow), 0) << d.changed();
+  platform_->fill(big, 16 * MiB, 8);
+  EXPECT_TRUE(platform_->check(middle, 2 * MiB, 7));
+  EXPECT_TRUE(platform_->check(big, 16 * MiB, 8));
+  a->deallocate(big, 16 * MiB);
+  a->deallocate(middle, 2 * MiB);
+  EXPECT_INVARIANTS(*a);
+}
+
 // A request of at least large_chunk_from bytes gets its body in large_chunk
 // chunks (half the handles to map), a smaller one in max_chunk chunks; the
 // last granule is a chunk of its own either way, and the bytes are intact.
