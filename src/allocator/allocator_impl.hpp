@@ -76,6 +76,9 @@ class AllocatorImpl {
   // For diagnostics and tests; the caller must not run allocations meanwhile.
   const lake::Lake& lake() const { return lake_; }
   lake::Lake& lake() { return lake_; }
+  // The driver turns the worker's threads give way to; a test that holds
+  // one keeps them from making VMM calls meanwhile.
+  DriverTurns& driver_turns() { return *turns_; }
   // nullptr when no profiling option is on.
   const Profilers* profilers() const { return profilers_.get(); }
   // The graph pools, for `body(graphs)` under the allocator's lock
