@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allocator/allocator_impl.hpp"
+#include "backend/adaptors/counting_backend.hpp"
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/adaptors/turn_taking_backend.hpp"
 #include "suites/core_fixture.hpp"
@@ -208,11 +209,39 @@ TEST_F(DeferredMapping, AnotherStreamGivenTheMemoryWaitsToo) {
   alloc->destroy_stream(b);
 }
 
-// A deferred map the driver refuses (twice: the runner tries again once):
-// the stream is not held for ever, the next allocation reports the cause
-// after making the refused calls again, and from then on the block and new
-// ones hold what their stream writes.
-TEST_F(DeferredMapping, ARefusedDeferredMapIsMadeAgainAndReported) {
+// The maps are made before the block is handed out (a library looking the
+// pointer up on the host finds it); access is granted by the worker's thread
+// after it, and the stream waits for that.
+TEST_F(DeferredMapping, MapsAreMadeBeforeTheBlockIsHandedOutAndAccessAfter) {
+  auto alloc = make(256 * MiB, deferring_config());
+  const Stream s = alloc->create_stream();
+  const CountingBackend& counts = alloc->impl().counting();
+  const std::size_t words = 24 * MiB / sizeof(std::uint32_t);
+  std::uint32_t* p = nullptr;
+  std::uint64_t maps = 0, access = 0, waits = 0;
+  {
+    // The worker's threads make no VMM call while a turn is held.
+    DriverTurns::ForegroundTurn hold(&alloc->impl().driver_turns());
+    maps = counts.calls(VmmOp::map);
+    access = counts.calls(VmmOp::set_access);
+    waits = alloc->stats().deferred_stream_waits.current;
+    p = static_cast<std::uint32_t*>(alloc->allocate(words * sizeof(std::uint32_t), s));
+    EXPECT_GT(counts.calls(VmmOp::map), maps) << "the maps wait for nothing";
+    EXPECT_EQ(counts.calls(VmmOp::set_access), access) << "access is the worker's";
+    EXPECT_GT(alloc->stats().deferred_stream_waits.current, waits);
+    work_->fill(alloc->backend(), s, p, words, 3);
+  }
+  ASSERT_EQ(alloc->backend().stream_synchronize(s), Status::ok);
+  EXPECT_GT(counts.calls(VmmOp::set_access), access);
+  EXPECT_EQ(read(p, words), expected_fill(words, 3));
+  alloc->deallocate(p, words * sizeof(std::uint32_t), s);
+  EXPECT_INVARIANTS(*alloc);
+  alloc->destroy_stream(s);
+}
+
+// A map the driver refuses is refused to the allocation that asked for it,
+// as without deferring; the allocator stays usable.
+TEST_F(DeferredMapping, ARefusedMapFailsTheAllocationThatAskedForIt) {
   Config c = deferring_config();
   c.capacity = 256 * MiB;
   auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
@@ -220,14 +249,39 @@ TEST_F(DeferredMapping, ARefusedDeferredMapIsMadeAgainAndReported) {
   Allocator alloc(c, std::move(faulty));
   const Stream s = alloc.create_stream();
   faults->fail_nth(VmmOp::map, 1);
-  faults->fail_nth(VmmOp::map, 2);
+  const std::size_t words = 8 * MiB / sizeof(std::uint32_t);
+  EXPECT_THROW(alloc.allocate(words * sizeof(std::uint32_t), s), backend_error);
+  EXPECT_EQ(faults->injected(VmmOp::map), 1u);
+  auto* p = static_cast<std::uint32_t*>(alloc.allocate(words * sizeof(std::uint32_t), s));
+  work_->fill(alloc.backend(), s, p, words, 4);
+  ASSERT_EQ(alloc.backend().stream_synchronize(s), Status::ok);
+  EXPECT_EQ(read(p, words), expected_fill(words, 4));
+  EXPECT_EQ(alloc.stats().deferred_failures.current, 0);
+  alloc.deallocate(p, words * sizeof(std::uint32_t), s);
+  EXPECT_INVARIANTS(alloc);
+  alloc.destroy_stream(s);
+}
+
+// A deferred access grant the driver refuses (twice: the runner tries again
+// once): the stream is not held for ever, the next allocation reports the
+// cause after making the refused calls again, and from then on the block
+// and new ones hold what their stream writes.
+TEST_F(DeferredMapping, ARefusedDeferredCallIsMadeAgainAndReported) {
+  Config c = deferring_config();
+  c.capacity = 256 * MiB;
+  auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
+  FaultBackend* faults = faulty.get();
+  Allocator alloc(c, std::move(faulty));
+  const Stream s = alloc.create_stream();
+  faults->fail_nth(VmmOp::set_access, 1);
+  faults->fail_nth(VmmOp::set_access, 2);
   const std::size_t words = 8 * MiB / sizeof(std::uint32_t);
   auto* p = static_cast<std::uint32_t*>(alloc.allocate(words * sizeof(std::uint32_t), s));
   ASSERT_EQ(alloc.backend().stream_synchronize(s), Status::ok);  // the counter was raised
-  EXPECT_EQ(faults->injected(VmmOp::map), 2u);
+  EXPECT_EQ(faults->injected(VmmOp::set_access), 2u);
   try {
     alloc.allocate(1 * MiB, s);
-    ADD_FAILURE() << "no error after a refused deferred map";
+    ADD_FAILURE() << "no error after a refused deferred call";
   } catch (const backend_error& e) {
     EXPECT_NE(std::string(e.what()).find("made after its block was handed out failed"),
               std::string::npos)

@@ -71,6 +71,7 @@ Status DeferringBackend::defer(Call call) {
     return upstream().map(call.va, call.size, call.chunk);
   }
   open_.calls.push_back(call);
+  if (call.op == Op::unmap) unmaps_queued_.fetch_add(1, std::memory_order_release);
   if (call.op == Op::map) {
     std::lock_guard lock(queue_mutex_);
     open_units_ += kUnitsPerMap;
@@ -85,7 +86,12 @@ bool DeferringBackend::near_limit() const {
 }
 
 bool DeferringBackend::seal() {
-  if (open_.calls.empty()) return false;
+  // Maps made at once leave nothing to wait for on their own.
+  if (std::all_of(open_.calls.begin(), open_.calls.end(),
+                  [](const Call& c) { return c.op == Op::mapped; })) {
+    open_.calls.clear();
+    return false;
+  }
   Batch b;
   b.calls.swap(open_.calls);
   b.sealed_ns = now_ns();
@@ -131,6 +137,8 @@ Status DeferringBackend::make(const Call& c) {
       case Op::set_access:
         s = upstream().set_access(c.va, c.size);
         break;
+      case Op::mapped:
+        break;  // made when it was asked for
       case Op::unmap:
         s = upstream().unmap(c.va, c.size);
         break;
@@ -146,7 +154,8 @@ Status DeferringBackend::make(const Call& c) {
 void DeferringBackend::split_access(const Batch& batch, std::vector<Call>* calls) {
   std::vector<std::pair<DevicePtr, std::size_t>> mapped;
   for (const Call& c : batch.calls) {
-    if (c.op == Op::map) mapped.emplace_back(c.va, c.size);
+    if (c.op == Op::map || c.op == Op::mapped) mapped.emplace_back(c.va, c.size);
+    if (c.op == Op::mapped) continue;
     if (c.op != Op::set_access) {
       calls->push_back(c);
       continue;
@@ -185,6 +194,7 @@ void DeferringBackend::run(const Batch& batch) {
       while (turns_->held() && others_running_.load(std::memory_order_relaxed) == 0)
         std::this_thread::sleep_for(kGiveWayPoll);
     if (make(c) != Status::ok) note_failure(c);
+    if (c.op == Op::unmap) unmaps_queued_.fetch_sub(1, std::memory_order_release);
   }
   // Raised whatever happened: no stream may wait for ever.
   upstream().counter_set(counter_, batch.number);
@@ -261,8 +271,11 @@ DeferringBackend::Counts DeferringBackend::counts() const {
 }
 
 Status DeferringBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
-  if (deferring()) return defer({Op::map, va, size, chunk});
-  return upstream().map(va, size, chunk);
+  if (!deferring()) return upstream().map(va, size, chunk);
+  if (unmaps_queued_.load(std::memory_order_acquire) != 0) return defer({Op::map, va, size, chunk});
+  const Status s = upstream().map(va, size, chunk);
+  if (s == Status::ok) open_.calls.push_back({Op::mapped, va, size, chunk});
+  return s;
 }
 
 Status DeferringBackend::set_access(DevicePtr va, std::size_t size) {

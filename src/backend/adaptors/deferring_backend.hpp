@@ -1,22 +1,26 @@
 // DeferringBackend: stream-ordered mapping. Inside a DeferScope (the
-// allocating thread, while it climbs the ladder), map, set_access and unmap
-// are not made but queued as one batch; the allocator hands the block out at
-// once and makes the caller's stream wait, GPU-side, on a host counter that
-// the batch raises once its calls are made. The mapping worker makes them
-// (run_pending) while the host goes on queueing work: the driver's time
-// leaves the allocating thread, and the GPU waits only if it gets to the
-// block before the worker is done. The memory is valid in the stream order of
-// the allocating stream, as cudaMallocAsync's is.
+// allocating thread, while it climbs the ladder), maps are made at once and
+// set_access and unmap are queued as one batch; the allocator hands the
+// block out at once and makes the caller's stream wait, GPU-side, on a host
+// counter that the batch raises once its calls are made. The mapping worker
+// makes them (run_pending) while the host goes on queueing work: the
+// driver's time (access costs per handle, a map a fraction of it) leaves the
+// allocating thread, and the GPU waits only if it gets to the block before
+// the worker is done. The memory is valid in the stream order of the
+// allocating stream, as cudaMallocAsync's is; its address is mapped when it
+// is handed out, so a library that looks the pointer up on the host
+// (cudaPointerGetAttributes) finds it, with no access yet.
 //
-// Order: batches run one at a time, in the order they were sealed. A call
-// that must come after queued ones (unreserve, release_chunk, export_chunk,
-// and an unmap made outside a scope, which may hit a range a batch still
-// maps) first runs every queued batch on the calling thread; a map outside
-// a scope (the worker's jobs) maps chunks into a range of its own and goes
-// straight upstream. Limits: usage()
-// counts the mapping units queued calls will take, and within an eighth of
-// the mapping limit maps are made at once (after the queued calls), so that
-// a refusal reaches the lake, which routes around it, as without deferring.
+// Order: batches run one at a time, in the order they were sealed. A map
+// while an unmap is queued (which may free the same addresses) is queued
+// too, behind it. A call that must come after queued ones (unreserve,
+// release_chunk, export_chunk, and an unmap made outside a scope, which may
+// hit a range a batch still maps) first runs every queued batch on the
+// calling thread; a map outside a scope (the worker's jobs) maps chunks into
+// a range of its own and goes straight upstream. Limits: usage() counts the
+// mapping units queued maps will take, and within an eighth of the mapping
+// limit a queued map is made at once (after the queued calls), so that a
+// refusal reaches the lake, which routes around it, as without deferring.
 //
 // A queued call the driver refuses when it runs cannot be reported to the
 // caller who already has the block: the batch still raises its counter (no
@@ -117,7 +121,9 @@ class DeferringBackend final : public BackendAdaptor {
   Status export_chunk(ChunkHandle chunk, int* fd) override;
 
  private:
-  enum class Op : std::uint8_t { map, set_access, unmap };
+  // `mapped`: a map made at once, kept in its batch only to show where the
+  // batch's set_access calls may be cut (split_access); never made again.
+  enum class Op : std::uint8_t { map, mapped, set_access, unmap };
   struct Call {
     Op op;
     DevicePtr va;
@@ -153,6 +159,8 @@ class DeferringBackend final : public BackendAdaptor {
   mutable std::mutex queue_mutex_;  // guards queue_, queued_units_, failure_
   std::deque<Batch> queue_;
   std::size_t queued_units_ = 0;  // mapping units the queued maps will take
+  // Unmaps queued and not yet made: a map waits behind them.
+  std::atomic<std::size_t> unmaps_queued_{0};
   std::string failure_;
   std::vector<Call> failed_calls_;        // refused when run, in order
   std::mutex run_mutex_;                  // one thread runs batches at a time
