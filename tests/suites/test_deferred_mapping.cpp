@@ -34,6 +34,17 @@ class DeferredMapping : public CoreTest {
     c.defer_mapping = true;
     return c;
   }
+  // A backend with a counter and a stream; skips the test where the
+  // platform has no counters. The caller stops on IsSkipped() or
+  // HasFatalFailure().
+  void counter_and_stream(std::unique_ptr<Backend>* backend, CounterHandle* counter,
+                          StreamHandle* s) {
+    *backend = platform_->backend(64 * MiB);
+    const Status made = (*backend)->counter_create(counter);
+    if (made == Status::not_supported) GTEST_SKIP() << (*backend)->last_error();
+    ASSERT_EQ(made, Status::ok) << (*backend)->last_error();
+    ASSERT_EQ((*backend)->stream_create(s), Status::ok) << (*backend)->last_error();
+  }
   Words read(const void* p, std::size_t words) {
     Words w(words);
     platform_->read(p, w.data(), words * sizeof(std::uint32_t));
@@ -43,13 +54,11 @@ class DeferredMapping : public CoreTest {
 };
 
 TEST_F(DeferredMapping, CounterHoldsAStreamUntilRaised) {
-  auto backend = platform_->backend(64 * MiB);
+  std::unique_ptr<Backend> backend;
   CounterHandle counter = nullptr;
-  const Status made = backend->counter_create(&counter);
-  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
-  ASSERT_EQ(made, Status::ok) << backend->last_error();
   StreamHandle s = nullptr;
-  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  counter_and_stream(&backend, &counter, &s);
+  if (IsSkipped() || HasFatalFailure()) return;
   DevicePtr va = 0;
   ChunkHandle chunk = 0;
   const std::size_t g = backend->granularity();
@@ -80,13 +89,11 @@ TEST_F(DeferredMapping, CounterHoldsAStreamUntilRaised) {
 }
 
 TEST_F(DeferredMapping, DestroyingACounterReleasesItsWaiters) {
-  auto backend = platform_->backend(64 * MiB);
+  std::unique_ptr<Backend> backend;
   CounterHandle counter = nullptr;
-  const Status made = backend->counter_create(&counter);
-  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
-  ASSERT_EQ(made, Status::ok);
   StreamHandle s = nullptr;
-  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  counter_and_stream(&backend, &counter, &s);
+  if (IsSkipped() || HasFatalFailure()) return;
   // Small and the largest value a wait may name: both are released.
   ASSERT_EQ(backend->stream_wait_counter(s, counter, 1'000'000), Status::ok);
   ASSERT_EQ(backend->stream_wait_counter(s, counter, Backend::kCounterReleased), Status::ok);
@@ -98,13 +105,11 @@ TEST_F(DeferredMapping, DestroyingACounterReleasesItsWaiters) {
 // Beyond kCounterReleased a cyclic comparison could never be met: such
 // values are refused, and the counter stays usable.
 TEST_F(DeferredMapping, ValuesAboveTheReleasedValueAreRefused) {
-  auto backend = platform_->backend(64 * MiB);
+  std::unique_ptr<Backend> backend;
   CounterHandle counter = nullptr;
-  const Status made = backend->counter_create(&counter);
-  if (made == Status::not_supported) GTEST_SKIP() << backend->last_error();
-  ASSERT_EQ(made, Status::ok);
   StreamHandle s = nullptr;
-  ASSERT_EQ(backend->stream_create(&s), Status::ok);
+  counter_and_stream(&backend, &counter, &s);
+  if (IsSkipped() || HasFatalFailure()) return;
   const std::uint64_t too_high = Backend::kCounterReleased + 1;
   EXPECT_EQ(backend->stream_wait_counter(s, counter, too_high), Status::invalid_argument);
   EXPECT_NE(backend->last_error().find("above 2^62"), std::string::npos) << backend->last_error();
