@@ -45,6 +45,15 @@ class DeferredMapping : public CoreTest {
     ASSERT_EQ(made, Status::ok) << (*backend)->last_error();
     ASSERT_EQ((*backend)->stream_create(s), Status::ok) << (*backend)->last_error();
   }
+  // A deferring allocator over a backend that fails the calls asked of
+  // `*faults`.
+  std::unique_ptr<Allocator> deferring_over_faults(FaultBackend** faults) {
+    Config c = deferring_config();
+    c.capacity = 256 * MiB;
+    auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
+    *faults = faulty.get();
+    return std::make_unique<Allocator>(c, std::move(faulty));
+  }
   Words read(const void* p, std::size_t words) {
     Words w(words);
     platform_->read(p, w.data(), words * sizeof(std::uint32_t));
@@ -247,11 +256,9 @@ TEST_F(DeferredMapping, MapsAreMadeBeforeTheBlockIsHandedOutAndAccessAfter) {
 // A map the driver refuses is refused to the allocation that asked for it,
 // as without deferring; the allocator stays usable.
 TEST_F(DeferredMapping, ARefusedMapFailsTheAllocationThatAskedForIt) {
-  Config c = deferring_config();
-  c.capacity = 256 * MiB;
-  auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
-  FaultBackend* faults = faulty.get();
-  Allocator alloc(c, std::move(faulty));
+  FaultBackend* faults = nullptr;
+  auto owned = deferring_over_faults(&faults);
+  Allocator& alloc = *owned;
   const Stream s = alloc.create_stream();
   faults->fail_nth(VmmOp::map, 1);
   const std::size_t words = 8 * MiB / sizeof(std::uint32_t);
@@ -272,11 +279,9 @@ TEST_F(DeferredMapping, ARefusedMapFailsTheAllocationThatAskedForIt) {
 // cause after making the refused calls again, and from then on the block
 // and new ones hold what their stream writes.
 TEST_F(DeferredMapping, ARefusedDeferredCallIsMadeAgainAndReported) {
-  Config c = deferring_config();
-  c.capacity = 256 * MiB;
-  auto faulty = std::make_unique<FaultBackend>(platform_->backend(c.capacity));
-  FaultBackend* faults = faulty.get();
-  Allocator alloc(c, std::move(faulty));
+  FaultBackend* faults = nullptr;
+  auto owned = deferring_over_faults(&faults);
+  Allocator& alloc = *owned;
   const Stream s = alloc.create_stream();
   faults->fail_nth(VmmOp::set_access, 1);
   faults->fail_nth(VmmOp::set_access, 2);
