@@ -178,6 +178,14 @@ class GraphedTrain(unittest.TestCase):
         self.assertIn("0.25", lines[2])    # the largest loss difference
         self.assertIn("failed: RuntimeError: x", lines[3])
 
+    def test_what_exclusive_pools_kept_after_capture_is_listed(self):
+        kept = self.record("memlake", "exclusive", 3.0, [1.0, 0.25])
+        kept["kept_after_capture"] = {"128": [1, 512], "256": [3, 4608]}
+        lines = graphed_train.table([self.record("native", "separate", 4.0, [1.0, 0.5]), kept])
+        self.assertEqual(len(lines), 4)
+        self.assertIn("memlake exclusive: blocks / bytes each pool kept", lines[3])
+        self.assertIn("128: 1 / 512, 256: 3 / 4608", lines[3])
+
     def test_exclusive_pools_need_memlake_and_buckets_are_lengths(self):
         with self.assertRaises(SystemExit):
             graphed_train.parse_args(["--allocator", "native", "--pools", "exclusive"])

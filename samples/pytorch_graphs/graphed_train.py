@@ -16,11 +16,13 @@ torch.cuda.graph wants. Graph pools:
              group sharing physical chunks (memlake.torch.exclusive_pool_handles,
              captured with memlake.torch.graph, replayed with memlake.torch.replay).
 Each run prints one JSON line: peak reserved (torch.cuda.max_memory_reserved,
-or memlake.torch.max_memory_reserved), the loss of every replay, and the
-replays' time. --compare runs native and memlake under each pool setup in
-child processes (PyTorch picks its allocator once per process) and tables
-them against native's separate pools, with the largest difference of any
-loss from that run's.
+or memlake.torch.max_memory_reserved), the loss of every replay, the
+replays' time, and, for exclusive pools, the blocks each pool still holds
+after its capture (the loss, and anything else that outlives the capture,
+which the group's other graphs overwrite). --compare runs native and memlake
+under each pool setup in child processes (PyTorch picks its allocator once
+per process) and tables them against native's separate pools, with the
+largest difference of any loss from that run's.
 """
 
 import argparse
@@ -108,6 +110,16 @@ def run(args):
             losses[n] = step(n)
         graphs[n] = g
 
+    # What each exclusive pool still holds after its capture: the loss, and
+    # anything else made during the capture and kept (a library's cache),
+    # which the group's other graphs overwrite.
+    kept = None
+    if args.pools == "exclusive":
+        kept = {}
+        for n in lengths:
+            st = memlake.pool_stats(pools[n])
+            kept[str(n)] = [st["live_blocks"], st["live_bytes"]]
+
     record = torch.zeros(args.replays, device="cuda")
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -128,7 +140,8 @@ def run(args):
         graph_bytes = None
     return {"allocator": args.allocator, "pools": args.pools, "buckets": lengths,
             "peak_reserved_bytes": reserved, "graph_pool_bytes": graph_bytes,
-            "replay_ms": seconds * 1e3 / args.replays, "losses": record.tolist()}
+            "replay_ms": seconds * 1e3 / args.replays, "losses": record.tolist(),
+            "kept_after_capture": kept}
 
 
 def child_command(args, allocator, pools):
@@ -152,6 +165,13 @@ def table(runs):
             diff = "%.3g" % max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
         lines.append("%-8s %-10s %10.2f GiB %10s %11.3f %16s" % (
             r["allocator"], r["pools"], r["peak_reserved_bytes"] / GIB, ratio, r["replay_ms"], diff))
+    for r in runs:
+        if r.get("kept_after_capture"):
+            lines.append("%s %s: blocks / bytes each pool kept after its capture (the loss, and "
+                         "what else outlives the capture): %s" % (
+                             r["allocator"], r["pools"], ", ".join(
+                                 "%s: %d / %d" % (n, b, by)
+                                 for n, (b, by) in r["kept_after_capture"].items())))
     return lines
 
 
