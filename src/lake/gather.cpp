@@ -82,6 +82,13 @@ bool Lake::select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen,
   return false;
 }
 
+bool Lake::growth_leaves_out_free_chunks(SegmentId s, std::size_t need, std::size_t counted) const {
+  std::vector<ChunkId> chosen;
+  if (select_free_chunks(need, &chosen, s)) return false;
+  for (ChunkId k : chosen) counted += pool_.size(k);
+  return counted < pool_.free_bytes();
+}
+
 bool Lake::gather_chunks(std::size_t bytes, bool create, std::vector<ChunkId>* chosen,
                          std::vector<ChunkId>* created, SegmentId exclude) {
   auto largest_first = [&] {

@@ -215,6 +215,12 @@ class Lake final : private ChunkPool::Client {
   bool gather_chunks(std::size_t bytes, bool create, std::vector<ChunkId>* chosen,
                      std::vector<ChunkId>* created, SegmentId exclude = kNone);
   bool select_free_chunks(std::size_t bytes, std::vector<ChunkId>* chosen, SegmentId exclude) const;
+  // Whether mapping `need` more bytes after the end of `s` would leave free
+  // chunks out (beyond the `counted` bytes of them the caller uses in
+  // place): a range cannot map a chunk twice, so new memory made then would
+  // stand in for them, where a new range over every free chunk makes only
+  // what they lack.
+  bool growth_leaves_out_free_chunks(SegmentId s, std::size_t need, std::size_t counted) const;
   SegmentId build_segment_for(std::size_t bytes, bool create, bool* stitched);
   void release_all(const std::vector<ChunkId>& created);
   void stitched_on_demand();

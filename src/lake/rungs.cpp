@@ -72,14 +72,7 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
     if (!extend || i + 1 != seg.chunks.size()) continue;
     const std::size_t need = round_up(size - avail, options_.granularity);
     if (seg.sealed || seg.size + need > seg.va_size) continue;
-    std::vector<ChunkId> chosen;
-    // Free chunks already mapped in this range cannot be mapped again after
-    // its end; if they are needed, a new range over them beats new memory.
-    if (!select_free_chunks(need, &chosen, s)) {
-      std::size_t have = 0;
-      for (ChunkId k : chosen) have += pool_.size(k);
-      if (have < pool_.free_bytes()) return {};
-    }
+    if (growth_leaves_out_free_chunks(s, need, 0)) return {};
     if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::extend, s, i, last, size);
   }
@@ -149,17 +142,10 @@ Placed Lake::rung_grow(const Request& r, Budget budget) {
     if (have >= size) return {};  // would fit; not this rung's business
     const std::size_t need = round_up(size - have, options_.granularity);
     if (seg.reserve || seg.sealed || seg.size + need > seg.va_size) return {};
-    // As for an extension: free chunks mapped elsewhere in this range cannot
-    // be mapped again after its end; new memory made instead of them is
-    // memory a new range over every free chunk would not make.
-    if (budget == Budget::create) {
-      std::vector<ChunkId> chosen;
-      if (!select_free_chunks(need, &chosen, s)) {
-        std::size_t usable = seg.size - seg.offsets[start];  // the run, mapped in s
-        for (ChunkId k : chosen) usable += pool_.size(k);
-        if (usable < pool_.free_bytes()) return {};
-      }
-    }
+    // The run (free chunks mapped in s) is the block's already.
+    if (budget == Budget::create &&
+        growth_leaves_out_free_chunks(s, need, seg.size - seg.offsets[start]))
+      return {};
     if (!extend_by(s, need, budget)) return {};
     return place_span(Rung::grow, s, tail ? start - 1 : start, tail, size);
   };
