@@ -965,10 +965,8 @@ Status CudaBackend::counter_destroy(CounterHandle counter) {
 
 Status CudaBackend::counter_set(CounterHandle counter, std::uint64_t value) {
   if (counter == nullptr) return fail(Status::invalid_argument, "cuda: counter_set: null counter");
-  if (value > kCounterReleased) {
-    return fail(Status::invalid_argument, "cuda: counter_set: value %llu above 2^62",
-                static_cast<unsigned long long>(value));
-  }
+  if (Status s = detail::check_counter_value("cuda", "counter_set", value); s != Status::ok)
+    return s;
   auto* c = static_cast<HostCounter*>(counter);
   std::atomic_ref<std::uint64_t> word(*c->host);
   if (value > word.load(std::memory_order_relaxed)) word.store(value, std::memory_order_release);
@@ -980,10 +978,8 @@ Status CudaBackend::stream_wait_counter(StreamHandle stream, CounterHandle count
   if (counter == nullptr) {
     return fail(Status::invalid_argument, "cuda: stream_wait_counter: null counter");
   }
-  if (value > kCounterReleased) {
-    return fail(Status::invalid_argument, "cuda: stream_wait_counter: value %llu above 2^62",
-                static_cast<unsigned long long>(value));
-  }
+  if (Status s = detail::check_counter_value("cuda", "stream_wait_counter", value); s != Status::ok)
+    return s;
   MEMLAKE_CUDA_GUARD();
   const CUresult r = stream_wait_value64()(reinterpret_cast<CUstream>(to_stream(stream)),
                                            static_cast<HostCounter*>(counter)->device, value,

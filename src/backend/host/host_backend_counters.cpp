@@ -81,10 +81,8 @@ Status HostBackend::counter_destroy(CounterHandle counter) {
 
 Status HostBackend::counter_set(CounterHandle counter, std::uint64_t value) {
   return guarded("counter_set", [&] {
-    if (value > kCounterReleased) {
-      return fail(Status::invalid_argument, "host: counter_set: value %llu above 2^62",
-                  static_cast<unsigned long long>(value));
-    }
+    if (Status s = detail::check_counter_value("host", "counter_set", value); s != Status::ok)
+      return s;
     std::shared_ptr<Counter> c;
     {
       std::lock_guard lock(stream_mutex_);
@@ -107,10 +105,9 @@ Status HostBackend::stream_wait_counter(StreamHandle stream, CounterHandle count
     }
   };
   return guarded("stream_wait_counter", [&] {
-    if (value > kCounterReleased) {
-      return fail(Status::invalid_argument, "host: stream_wait_counter: value %llu above 2^62",
-                  static_cast<unsigned long long>(value));
-    }
+    if (Status s = detail::check_counter_value("host", "stream_wait_counter", value);
+        s != Status::ok)
+      return s;
     std::shared_ptr<HostStream> s;
     auto wait = std::make_unique<Wait>();
     wait->value = value;
