@@ -10,6 +10,10 @@
 // of them: the pools together cost about the largest one. A chunk goes back
 // to the ChunkPool, as a free chunk, once no pool maps it.
 //
+// A *kept* chunk belongs to one pool alone: it backs blocks that outlive
+// their capture (a graph's outputs, a library's cache), which the group's
+// other graphs must not overwrite (LeasedBackend::keep).
+//
 // Not thread-safe: the allocator holds its lock.
 #pragma once
 
@@ -41,6 +45,8 @@ class ChunkShare {
 
   // A chunk of `size` bytes that `pool` does not map yet.
   Status lease(const void* pool, std::size_t size, ChunkHandle* handle);
+  // A new chunk of `size` bytes that no other pool may lease.
+  Status lease_kept(const void* pool, std::size_t size, ChunkHandle* handle);
   // `pool` maps `handle` no more; false for a chunk it did not lease.
   bool unlease(const void* pool, ChunkHandle handle);
 
@@ -48,6 +54,8 @@ class ChunkShare {
   std::size_t chunks() const { return chunks_.size(); }
   // The chunks `pool` leased and their bytes.
   std::size_t bytes_of(const void* pool) const;
+  // The kept chunks of `pool` and their bytes.
+  std::size_t kept_bytes_of(const void* pool) const;
   std::string check_invariants() const;
 
  private:
@@ -56,7 +64,10 @@ class ChunkShare {
     ChunkHandle handle;
     std::size_t size;
     std::vector<const void*> pools;  // the pools that leased it
+    bool kept = false;               // leased by its one pool alone
   };
+
+  Status take(const void* pool, std::size_t size, bool kept, ChunkHandle* handle);
 
   Source& source_;
   std::vector<Held> chunks_;  // in lease order: the first fit goes first

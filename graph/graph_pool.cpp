@@ -69,6 +69,14 @@ void GraphPool::free(DevicePtr ptr, std::size_t size, StreamHandle owner, Stream
   placement(owner).lake.free(ptr);
 }
 
+bool GraphPool::shares_chunks_under(DevicePtr ptr, std::size_t size, StreamHandle owner) {
+  return placement(owner).backend.shares_chunks_under(ptr, size);
+}
+
+Status GraphPool::keep(DevicePtr ptr, std::size_t size, StreamHandle owner, std::size_t* kept) {
+  return placement(owner).backend.keep(ptr, size, kept);
+}
+
 std::size_t GraphPool::mapped_bytes() const {
   std::size_t n = 0;
   for (const auto& [stream, p] : placements_)
@@ -80,6 +88,7 @@ GraphPoolStats GraphPool::stats() const {
   GraphPoolStats s;
   s.group = group_->id;
   s.reserved_bytes = group_->share.bytes_of(this);
+  s.kept_bytes = group_->share.kept_bytes_of(this);
   s.mapped_bytes = mapped_bytes();
   s.live_bytes = live_bytes_;
   s.live_blocks = live_blocks_;

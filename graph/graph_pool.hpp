@@ -46,6 +46,12 @@ class GraphPool {
   // The block at `ptr`, of `size` bytes, allocated on `owner`, is freed on
   // `stream`; `shared` when it was used on other streams too.
   void free(DevicePtr ptr, std::size_t size, StreamHandle owner, StreamHandle stream, bool shared);
+  // Whether the block at `ptr` (allocated on `owner`) lies on chunks the
+  // pool's group shares.
+  bool shares_chunks_under(DevicePtr ptr, std::size_t size, StreamHandle owner);
+  // Gives the chunks under that block to this pool alone
+  // (LeasedBackend::keep); adds the chunks replaced to `*kept`.
+  Status keep(DevicePtr ptr, std::size_t size, StreamHandle owner, std::size_t* kept);
   // Why the last allocate() failed, for the out-of-memory report.
   std::string last_refusal() const { return refusal_; }
 
@@ -60,6 +66,7 @@ class GraphPool {
   // released; routes that allocate to it now; released with live blocks.
   int users = 0;
   int allocating = 0;
+  int captures = 0;  // begin_allocate calls so far
   bool released = false;
 
  private:

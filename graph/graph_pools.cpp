@@ -165,6 +165,7 @@ void GraphPools::begin_allocate(PoolId id, StreamFilter filter) {
   GraphPool& p = *it->second;
   ++p.users;
   ++p.allocating;
+  ++p.captures;
   routes_.push_back(Route{id, &p, std::move(filter), {}});
   set_routing();
   // The streams' open fences are recorded now (with routing on, no event is
@@ -198,7 +199,51 @@ void GraphPools::end_allocate(PoolId id) {
     ++stats_.graph_captures_abandoned.current;
     ++abandoned_[id];
     if (--p.users == 0) retire(id);
+    return;
   }
+  if (p.group().id != 0) keep_captured_blocks(p);
+}
+
+// A block still live when its capture ends (a graph's output, a library's
+// cache) is read after the graph ran, or by other graphs and eager work:
+// on chunks the group shares, the group's other graphs would overwrite it.
+// So its chunks are replaced by chunks of the pool's own, at the same
+// addresses. The graph has not run yet (its capture only just ended), so
+// nothing of value is in them; earlier graphs of the same pool may run on
+// those addresses, so with any the device is synchronized first, which a
+// capture under way elsewhere forbids.
+void GraphPools::keep_captured_blocks(GraphPool& p) {
+  std::vector<std::pair<DevicePtr, const Block*>> kept;
+  for (const auto& [ptr, b] : blocks_)
+    if (b.pool == &p && p.shares_chunks_under(ptr, b.size, b.stream)) kept.emplace_back(ptr, &b);
+  if (kept.empty()) return;
+  std::size_t bytes = 0;
+  for (const auto& [ptr, b] : kept) bytes += b->size;
+  if (p.captures > 1) {
+    if (!routes_.empty())
+      misuse("end_allocate_to_pool: exclusive graph pool " + name(p.id()) + " keeps " +
+             std::to_string(kept.size()) + " block(s) (" + mib(bytes) +
+             ") made in this capture, which need chunks of their own, and earlier graphs of "
+             "this pool may be running on those addresses; giving them chunks needs a device "
+             "synchronization, which another capture under way forbids. End the other capture "
+             "first, or free what this capture made before it ends");
+    if (backend_.device_synchronize() != Status::ok)
+      throw backend_error("memlake: end_allocate_to_pool: device_synchronize failed: " +
+                          backend_.last_error());
+  }
+  std::size_t chunks = 0;
+  for (const auto& [ptr, b] : kept) {
+    if (p.keep(ptr, b->size, b->stream, &chunks) == Status::ok) continue;
+    const std::string why = backend_.last_error();
+    stats_.graph_kept_chunks.current += static_cast<std::int64_t>(chunks);
+    throw out_of_memory("memlake: end_allocate_to_pool: exclusive graph pool " + name(p.id()) +
+                            " keeps " + std::to_string(kept.size()) + " block(s) (" + mib(bytes) +
+                            ") after its capture, which need chunks of their own (the group's "
+                            "other graphs overwrite shared ones), and none could be made: " +
+                            why,
+                        b->size);
+  }
+  stats_.graph_kept_chunks.current += static_cast<std::int64_t>(chunks);
 }
 
 void* GraphPools::allocate(std::size_t bytes, StreamHandle stream) {

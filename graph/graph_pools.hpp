@@ -121,6 +121,9 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   void retire(PoolId id);
   void destroy(PoolId id);
   void set_routing();
+  // Gives the blocks of an exclusive pool that outlive its capture chunks
+  // of their own (see end_allocate).
+  void keep_captured_blocks(GraphPool& p);
   void refresh_mapped();
   void check_overlaps(ExclusiveGroup& group);
   [[noreturn]] void misuse(const std::string& message) const;

@@ -6,10 +6,20 @@
 // no bound on mappings, so the pool's segment table never evicts to make
 // room, and it counts every unmap made before the pool is released, which
 // the invariant check reports (there must be none).
+//
+// The lake names chunks by handles of this backend's own, which it
+// translates to the share's: so a chunk under a block that outlives its
+// capture can be given to the pool alone (keep), a kept chunk of the share
+// replacing it at every address the pool maps it while the lake's handle
+// stays. The addresses do not change, so neither does anything a captured
+// graph holds.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "backend/backend.hpp"
 #include "graph/chunk_share.hpp"
@@ -25,6 +35,14 @@ class LeasedBackend final : public Backend {
   void releasing() { releasing_ = true; }
   std::size_t early_unmaps() const { return early_unmaps_; }
 
+  // Whether a chunk under [ptr, ptr + size) is still shared with the group.
+  bool shares_chunks_under(DevicePtr ptr, std::size_t size) const;
+  // Replaces every shared chunk under [ptr, ptr + size) by a kept one, at
+  // every address this pool maps it; adds the chunks replaced to `*kept`.
+  // Nothing may run on those addresses meanwhile (the caller sees to it).
+  // A failure leaves the chunk it was replacing as it was.
+  Status keep(DevicePtr ptr, std::size_t size, std::size_t* kept);
+
   const char* name() const override { return "graph_pool"; }
   int device() const override { return upstream_.device(); }
   std::size_t granularity() const override { return upstream_.granularity(); }
@@ -39,19 +57,15 @@ class LeasedBackend final : public Backend {
   }
   Status create_chunk(std::size_t size, ChunkHandle* chunk) override;
   Status release_chunk(ChunkHandle chunk) override;
-  Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override {
-    return upstream_.map(va, size, chunk);
-  }
+  Status map(DevicePtr va, std::size_t size, ChunkHandle chunk) override;
   Status unmap(DevicePtr va, std::size_t size) override;
   Status set_access(DevicePtr va, std::size_t size) override {
     return upstream_.set_access(va, size);
   }
   Status export_chunk(ChunkHandle chunk, int* fd) override {
-    return upstream_.export_chunk(chunk, fd);
+    return upstream_.export_chunk(actual(chunk), fd);
   }
-  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override {
-    return upstream_.import_chunk(fd, size, chunk);
-  }
+  Status import_chunk(int fd, std::size_t size, ChunkHandle* chunk) override;
 
   Status stream_create(StreamHandle* stream) override { return upstream_.stream_create(stream); }
   Status stream_destroy(StreamHandle stream) override { return upstream_.stream_destroy(stream); }
@@ -77,11 +91,26 @@ class LeasedBackend final : public Backend {
   std::string last_error() const override { return upstream_.last_error(); }
 
  private:
+  // A mapping the lake made: `chunk` is the handle the lake knows.
+  struct Mapping {
+    ChunkHandle chunk;
+    std::size_t size;
+  };
+
+  // The share's chunk behind the lake's handle (0 for an unknown handle).
+  ChunkHandle actual(ChunkHandle chunk) const;
+  // Maps `with` wherever the pool maps the lake's `chunk` (`from` until now).
+  Status remap(ChunkHandle chunk, ChunkHandle from, ChunkHandle with);
+
   Backend& upstream_;
   ChunkShare& share_;
   const void* pool_;
   bool releasing_ = false;
   std::size_t early_unmaps_ = 0;
+  std::map<DevicePtr, Mapping> mappings_;                // by address
+  std::unordered_map<ChunkHandle, ChunkHandle> actual_;  // the lake's handle -> the share's
+  std::unordered_set<ChunkHandle> kept_;                 // the lake's handles of kept chunks
+  ChunkHandle next_handle_ = 1;
 };
 
 }  // namespace memlake::graph

@@ -140,7 +140,8 @@ int memlake_get_pool_stats(int device, memlake_pool_id pool, memlake_pool_stats*
                               s.users,
                               s.allocating ? 1 : 0,
                               s.released ? 1 : 0,
-                              0};
+                              0,
+                              s.kept_bytes};
   });
 }
 

@@ -60,6 +60,9 @@ struct GraphPoolStats {
   // Physical bytes of the chunks the pool maps; chunks of an exclusive group
   // count in each pool that maps them.
   std::size_t reserved_bytes = 0;
+  // Of those, the chunks no other pool of its group maps: those under blocks
+  // kept after a capture into an exclusive pool (0 outside a group).
+  std::size_t kept_bytes = 0;
   std::size_t mapped_bytes = 0;  // virtual bytes of its ranges
   std::size_t live_bytes = 0;    // blocks the caller holds
   std::size_t live_blocks = 0;

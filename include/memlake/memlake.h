@@ -42,7 +42,7 @@ typedef struct memlake_stat_value {
 /* Every statistic of MEMLAKE_STAT_FIELDS (memlake/stat_fields.h), in its
  * order: s.live_bytes.current, s.reserved_bytes.peak, s.allocs.current, ...
  * The version changes whenever the list does. */
-#define MEMLAKE_STATS_VERSION 7
+#define MEMLAKE_STATS_VERSION 8
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
@@ -159,6 +159,7 @@ typedef struct memlake_pool_stats {
   int32_t allocating;
   int32_t released;
   int32_t reserved_;
+  uint64_t kept_bytes; /* of reserved_bytes, chunks no other pool of its group maps */
 } memlake_pool_stats;
 int memlake_get_pool_stats(int device, memlake_pool_id pool, memlake_pool_stats* out);
 /* Physical bytes the chunks of an exclusive group take. */

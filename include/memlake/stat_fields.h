@@ -76,7 +76,8 @@
   X(graph_pool_live_bytes,   gauge,   "bytes of graph pool blocks handed out (rounded sizes)")\
   X(graph_allocs,            counter, "allocations served by graph pools")                    \
   X(graph_captures_abandoned,counter, "uses of graph pools released by captures that failed") \
-  X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")
+  X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")   \
+  X(graph_kept_chunks,       counter, "chunks given to one exclusive pool for blocks kept after its capture")
 /* clang-format on */
 
 #endif /* MEMLAKE_STAT_FIELDS_H_ */

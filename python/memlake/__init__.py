@@ -287,7 +287,9 @@ def release_pool(pool, device=0):
 
 def pool_stats(pool, device=0):
     """The pool's group, reserved/mapped/live/retired bytes, live blocks,
-    allocations, users, and whether it is allocated to or released."""
+    allocations, users, whether it is allocated to or released, and
+    kept_bytes (chunks of its own under blocks kept after a capture into an
+    exclusive pool)."""
     out = _native.PoolStats()
     _ok(_native.load().memlake_get_pool_stats(_device("pool_stats", device),
                                               _pool("pool_stats", pool), _ctypes.byref(out)))

@@ -37,7 +37,7 @@ class PoolStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "group", "reserved_bytes", "mapped_bytes", "live_bytes", "live_blocks", "retired_bytes",
         "allocations")] + [(name, ctypes.c_int32) for name in (
-            "users", "allocating", "released", "reserved_")]
+            "users", "allocating", "released", "reserved_")] + [("kept_bytes", ctypes.c_uint64)]
 
 
 # memlake_stream_filter: int (*)(void* context, void* stream).

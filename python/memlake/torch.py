@@ -130,7 +130,8 @@ def _set_graph_hooks(hooks):
 def exclusive_pool_handles(n, device=None, check=False):
     """n graph pool handles for torch.cuda.graph(..., pool=h) whose pools share
     physical memory: the graphs captured into them must never run at the same
-    time (replay() orders them). Capture into them with memlake.torch.graph,
+    time (replay() orders them). Blocks a capture keeps (outputs, a loss) get
+    chunks of their pool alone. Capture into them with memlake.torch.graph,
     which keeps the libraries' workspaces out of the pools. With check,
     memlake counts overlaps it sees
     (graph_exclusive_overlaps) in graphs captured by memlake itself."""
@@ -145,8 +146,8 @@ def _warm_up_libraries(stream):
     graph pool. PyTorch keeps one workspace per (cuBLAS handle, stream) for
     the life of the process and makes it on the stream's first matmul; made
     inside a capture it lands in that graph's pool, and every later capture on
-    the stream uses it. In an exclusive group that memory is also another
-    graph's buffers: the graphs would corrupt each other."""
+    the stream uses it: in an exclusive group it would take chunks of that
+    pool alone, for as long as the pool lives."""
     with torch.cuda.stream(stream):
         a = torch.ones(16, 16, device=stream.device)
         torch.mm(a, a)

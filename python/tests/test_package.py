@@ -206,6 +206,28 @@ class GraphPools(unittest.TestCase):
             memlake.release_pool(pool, device)
         self.assertEqual(memlake.exclusive_group_bytes(group, device), 0)
 
+    def test_what_an_exclusive_capture_keeps_is_its_pool_alone(self):
+        device = 11
+        group = memlake.exclusive_group(device)
+        first, second = (memlake.exclusive_pool_handle(group, device) for _ in range(2))
+        memlake.begin_allocate_to_pool(first, device)
+        kept = memlake.allocate(MiB, device=device)
+        memlake.end_allocate_to_pool(first, device)
+        self.assertGreaterEqual(memlake.pool_stats(first, device)["kept_bytes"], MiB)
+        ctypes.memset(kept, 0x11, MiB)
+        memlake.begin_allocate_to_pool(second, device)
+        temp = memlake.allocate(4 * MiB, device=device)  # the group's shared chunks
+        ctypes.memset(temp, 0x22, 4 * MiB)
+        memlake.free(temp, device=device)
+        memlake.end_allocate_to_pool(second, device)
+        self.assertEqual(memlake.pool_stats(second, device)["kept_bytes"], 0)
+        self.assertEqual(ctypes.string_at(kept, MiB), b"\x11" * MiB)
+        self.assertGreaterEqual(memlake.stats(device)["graph_kept_chunks"], 1)
+        memlake.free(kept, device=device)
+        for pool in (first, second):
+            memlake.release_pool(pool, device)
+        self.assertEqual(memlake.exclusive_group_bytes(group, device), 0)
+
     def test_misuse_is_a_value_error_naming_it(self):
         pool = memlake.graph_pool_handle(10)
         with self.assertRaises(ValueError) as e:

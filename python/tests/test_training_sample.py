@@ -180,11 +180,11 @@ class GraphedTrain(unittest.TestCase):
 
     def test_what_exclusive_pools_kept_after_capture_is_listed(self):
         kept = self.record("memlake", "exclusive", 3.0, [1.0, 0.25])
-        kept["kept_after_capture"] = {"128": [1, 512], "256": [3, 4608]}
+        kept["kept_after_capture"] = {"128": [1, 512, 2097152], "256": [3, 4608, 4194304]}
         lines = graphed_train.table([self.record("native", "separate", 4.0, [1.0, 0.5]), kept])
         self.assertEqual(len(lines), 4)
         self.assertIn("memlake exclusive: blocks / bytes each pool kept", lines[3])
-        self.assertIn("128: 1 / 512, 256: 3 / 4608", lines[3])
+        self.assertIn("128: 1 / 512 / 2097152, 256: 3 / 4608 / 4194304", lines[3])
 
     def test_exclusive_pools_need_memlake_and_buckets_are_lengths(self):
         with self.assertRaises(SystemExit):

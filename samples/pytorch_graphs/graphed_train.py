@@ -18,8 +18,8 @@ torch.cuda.graph wants. Graph pools:
 Each run prints one JSON line: peak reserved (torch.cuda.max_memory_reserved,
 or memlake.torch.max_memory_reserved), the loss of every replay, the
 replays' time, and, for exclusive pools, the blocks each pool still holds
-after its capture (the loss, and anything else that outlives the capture,
-which the group's other graphs overwrite). --compare runs native and memlake
+after its capture (the loss, and anything else that outlives the capture)
+and the bytes of the chunks memlake gave them, the pool's alone. --compare runs native and memlake
 under each pool setup in child processes (PyTorch picks its allocator once
 per process) and tables them against native's separate pools, with the
 largest difference of any loss from that run's.
@@ -110,15 +110,15 @@ def run(args):
             losses[n] = step(n)
         graphs[n] = g
 
-    # What each exclusive pool still holds after its capture: the loss, and
-    # anything else made during the capture and kept (a library's cache),
-    # which the group's other graphs overwrite.
+    # What each exclusive pool still holds after its capture (the loss, and
+    # anything else made during the capture and kept, like a library's
+    # cache), and the chunks of its own memlake gave them.
     kept = None
     if args.pools == "exclusive":
         kept = {}
         for n in lengths:
             st = memlake.pool_stats(pools[n])
-            kept[str(n)] = [st["live_blocks"], st["live_bytes"]]
+            kept[str(n)] = [st["live_blocks"], st["live_bytes"], st["kept_bytes"]]
 
     record = torch.zeros(args.replays, device="cuda")
     torch.cuda.synchronize()
@@ -168,10 +168,10 @@ def table(runs):
     for r in runs:
         if r.get("kept_after_capture"):
             lines.append("%s %s: blocks / bytes each pool kept after its capture (the loss, and "
-                         "what else outlives the capture): %s" % (
+                         "what else outlives the capture) / bytes of its own chunks: %s" % (
                              r["allocator"], r["pools"], ", ".join(
-                                 "%s: %d / %d" % (n, b, by)
-                                 for n, (b, by) in r["kept_after_capture"].items())))
+                                 "%s: %s" % (n, " / ".join(str(x) for x in v))
+                                 for n, v in r["kept_after_capture"].items())))
     return lines
 
 

@@ -41,10 +41,10 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 69u);
+  ASSERT_EQ(f.size(), 70u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
-  EXPECT_EQ(f.back().name, "graph_exclusive_overlaps");
+  EXPECT_EQ(f.back().name, "graph_kept_chunks");
   EXPECT_FALSE(f.back().gauge);
 }
 
@@ -54,7 +54,8 @@ TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
       "{\"version\":6,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
       "0,\"peak\":0},";
   EXPECT_EQ(json.substr(0, prefix.size()), prefix);
-  const std::string suffix = ",\"graph_captures_abandoned\":0,\"graph_exclusive_overlaps\":0}";
+  const std::string suffix =
+      ",\"graph_captures_abandoned\":0,\"graph_exclusive_overlaps\":0,\"graph_kept_chunks\":0}";
   ASSERT_GE(json.size(), suffix.size());
   EXPECT_EQ(json.substr(json.size() - suffix.size()), suffix);
 }

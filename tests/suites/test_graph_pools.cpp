@@ -357,6 +357,139 @@ TEST_F(Graphs, ExclusiveGraphsShareChunksAndKeepEveryByteRight) {
   free_words(acc, kAccWords, s_);
 }
 
+// A block made in a capture and kept after it (a graph's output, a
+// library's cache) is read after its graph ran, and by other graphs: the
+// group's other graphs must not overwrite it. Each graph here keeps an
+// output made first in its capture, so on shared chunks every pool would
+// place it on the same physical bytes; bucket 0's pool also takes a second
+// graph, whose capture ends after the first graph has run.
+TEST_F(Graphs, BlocksKeptAfterAnExclusiveCaptureAreNotOverwrittenByTheGroup) {
+  constexpr std::size_t kOut = MiB / 8;  // words: 512 KiB
+  const std::size_t temp_words[] = {MiB, 3 * MiB / 2, 2 * MiB};
+  const ExclusiveGroupId group = new_exclusive_group(*alloc_, /*check=*/true);
+  struct Graph {
+    std::unique_ptr<CapturedGraph> graph;
+    PoolId pool;
+    std::uint32_t* out = nullptr;
+    Words expected;
+  };
+  std::vector<Graph> graphs;
+  auto capture = [&](PoolId pool, std::size_t temp, std::uint32_t key) {
+    Graph g{nullptr, pool, nullptr, expected_mix(expected_fill(kOut, key), key + 1)};
+    g.graph = std::make_unique<CapturedGraph>(*alloc_, pool, s_, [&](Stream s) {
+      g.out = words_on(kOut, s);
+      std::uint32_t* t = words_on(temp, s);
+      work_->fill(b(), s, t, temp, key);
+      work_->mix(b(), s, t, g.out, kOut, key + 1);
+      std::uint32_t* u = words_on(temp, s);  // more of the group's chunks, overwritten
+      work_->fill(b(), s, u, temp, key + 2);
+      free_words(u, temp, s);
+      free_words(t, temp, s);
+    });
+    graphs.push_back(std::move(g));
+  };
+  const auto before = alloc_->stats().graph_kept_chunks.current;
+  for (std::size_t k = 0; k < std::size(temp_words); ++k)
+    capture(exclusive_pool_handle(*alloc_, group), temp_words[k],
+            300 + 10 * static_cast<std::uint32_t>(k));
+  for (const Graph& g : graphs) {
+    const GraphPoolStats st = graph_pool_stats(*alloc_, g.pool);
+    EXPECT_GT(st.kept_bytes, 0u) << "the kept output's chunk stays shared";
+    EXPECT_LT(st.kept_bytes, st.reserved_bytes) << "temporaries' chunks were kept too";
+    EXPECT_EQ(st.live_blocks, 1u);
+  }
+  EXPECT_GE(alloc_->stats().graph_kept_chunks.current - before,
+            static_cast<std::int64_t>(graphs.size()));
+
+  // Replays in an order that visits every pair; after each, every graph that
+  // ran holds the output of its own last replay (graphs sharing a pool may
+  // overwrite each other's: that is a shared pool's contract).
+  std::vector<bool> ran(graphs.size() + 1, false);
+  auto replay_and_check = [&](std::size_t k, Stream s) {
+    graphs[k].graph->launch(s);
+    sync(s);
+    ran[k] = true;
+    for (std::size_t j = 0; j < graphs.size(); ++j) {
+      if (!ran[j] || (j != k && graphs[j].pool == graphs[k].pool)) continue;
+      ASSERT_EQ(mismatch(read(graphs[j].out, kOut), graphs[j].expected), "")
+          << "output of graph " << j << " after graph " << k << " ran";
+    }
+  };
+  for (int r = 0; r < 12; ++r)
+    replay_and_check(static_cast<std::size_t>(r * 2 + r / 3) % graphs.size(), r % 2 ? s2_ : s_);
+  // A second graph in bucket 0's pool, captured after the first one ran:
+  // its output needs a chunk of its own too, and the first graph's output
+  // stays what it was.
+  capture(graphs[0].pool, temp_words[0], 400);
+  EXPECT_NE(graphs.back().out, graphs[0].out);
+  ASSERT_EQ(mismatch(read(graphs[0].out, kOut), graphs[0].expected), "");
+  for (int r = 0; r < 12; ++r)
+    replay_and_check(static_cast<std::size_t>(r * 3 + 1) % graphs.size(), r % 2 ? s_ : s2_);
+  check_exclusive_group(*alloc_, group);
+  std::printf(
+      "[ memory   ] %zu exclusive graphs keeping outputs: group %.1f MiB, kept %lld chunks\n",
+      graphs.size(), exclusive_group_bytes(*alloc_, group) / double(MiB),
+      static_cast<long long>(alloc_->stats().graph_kept_chunks.current - before));
+  for (Graph& g : graphs) free_words(g.out, kOut, s_);
+}
+
+// Keeping a block needs new chunks, and, for a pool that earlier graphs
+// use, a device synchronization: when either is impossible the capture's
+// end says so, and the allocator stays usable.
+TEST_F(Graphs, KeptBlocksThatCannotHaveChunksOfTheirOwnAreReported) {
+  {
+    Config c = base_config();
+    c.worker = WorkerMode::inline_jobs;
+    auto small = make(4 * MiB, c);
+    const Stream s = small->create_stream();
+    const ExclusiveGroupId group = new_exclusive_group(*small);
+    void* kept = nullptr;
+    try {
+      CapturedGraph g(*small, exclusive_pool_handle(*small, group), s,
+                      [&](Stream cs) { kept = small->allocate(3 * MiB, cs); });
+      ADD_FAILURE() << "a kept block without memory for its chunks went unreported";
+    } catch (const out_of_memory& e) {
+      EXPECT_NE(std::string(e.what()).find("need chunks of their own"), std::string::npos)
+          << e.what();
+    }
+    ASSERT_NE(kept, nullptr);
+    small->deallocate(kept, 3 * MiB, s);
+    small->empty_cache();
+    EXPECT_EQ(small->stats().graph_pool_bytes.current, 0);
+    void* p = small->allocate(4 * MiB, s);  // all of the capacity again
+    small->deallocate(p, 4 * MiB, s);
+    ASSERT_EQ(small->backend().stream_synchronize(s), Status::ok);
+    small->destroy_stream(s);
+    EXPECT_INVARIANTS(*small);
+  }
+  const ExclusiveGroupId group = new_exclusive_group(*alloc_);
+  const PoolId pool = exclusive_pool_handle(*alloc_, group);
+  const PoolId other = exclusive_pool_handle(*alloc_, group);
+  auto on_s = [this](Stream s) { return s == s_; };
+  auto on_s2 = [this](Stream s) { return s == s2_; };
+  begin_allocate_to_pool(*alloc_, pool, on_s);
+  void* first = alloc_->allocate(MiB, s_);
+  end_allocate_to_pool(*alloc_, pool);
+  begin_allocate_to_pool(*alloc_, pool, on_s);
+  begin_allocate_to_pool(*alloc_, other, on_s2);
+  void* second = alloc_->allocate(3 * MiB, s_);
+  try {
+    end_allocate_to_pool(*alloc_, pool);
+    ADD_FAILURE() << "keeping a block with another capture under way went unreported";
+  } catch (const misuse& e) {
+    EXPECT_NE(std::string(e.what()).find("another capture under way"), std::string::npos)
+        << e.what();
+  }
+  end_allocate_to_pool(*alloc_, other);
+  alloc_->deallocate(second, 3 * MiB, s_);
+  alloc_->deallocate(first, MiB, s_);
+  release_pool(*alloc_, pool);
+  release_pool(*alloc_, pool);
+  release_pool(*alloc_, other);
+  alloc_->empty_cache();
+  EXPECT_EQ(alloc_->stats().graph_pools.current, 0);
+}
+
 TEST_F(Graphs, OverlappingExclusiveGraphsAreReported) {
   const ExclusiveGroupId group = new_exclusive_group(*alloc_, /*check=*/true);
   std::vector<CapturedGraph> graphs;
