@@ -10,9 +10,11 @@ torch.cuda.memory.CUDAPluggableAllocator, with memlake's hooks for
 Tensor.record_stream, torch.cuda.empty_cache,
 torch.cuda.set_per_process_memory_fraction (before the device's first
 allocation) and CUDA graph pools (torch.cuda.graph, with or without a shared
-pool=, and torch.cuda.make_graphed_callables: docs/graphs.md; not
-torch.compile(mode="reduce-overhead"), which needs allocator calls the
-pluggable interface refuses). An allocation memlake cannot serve raises
+pool=, and torch.cuda.make_graphed_callables: docs/graphs.md).
+torch.compile(mode="reduce-overhead") needs enable(plain_inductor_graphs=True):
+Inductor's default graph trees need allocator calls the pluggable interface
+refuses, its plain CUDA graphs only the pool hooks. An allocation memlake
+cannot serve raises
 RuntimeError with memlake's out-of-memory report (requested, live, reserved, largest free
 block, capacity), and the allocator stays usable: PyTorch turns every error
 of a pluggable allocator into RuntimeError. Code that catches
@@ -66,13 +68,23 @@ def is_enabled():
     return _allocator is not None
 
 
-def enable(conf=None, library=None):
+def enable(conf=None, library=None, plain_inductor_graphs=False):
     """Makes memlake PyTorch's CUDA allocator for this process.
 
     conf: memlake options, "key:value,..." (see docs/configuration.md); they
     are added to MEMLAKE_CONF for this process, after what it already holds.
     library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
     package, or the source tree's build/).
+    plain_inductor_graphs: set torch._inductor.config.triton.cudagraph_trees
+    to False, so that torch.compile(mode="reduce-overhead") records
+    Inductor's plain CUDA graphs (torch.cuda.graph, one pool per graph),
+    which need only the pool hooks memlake sets. Inductor's default graph
+    trees call torch._C._cuda_getCheckpointState, which PyTorch refuses to
+    every pluggable allocator (docs/graphs.md). Plain graphs return their
+    outputs in buffers the next replay overwrites, gradients included: a
+    loop that keeps gradients between steps (zero_grad(set_to_none=False))
+    then adds each step's gradient into the buffer the next replay writes;
+    use zero_grad(), whose default sets them to None.
 
     Must run before the first CUDA tensor is created and before
     torch.cuda.set_device() (which starts PyTorch's allocator; under torchrun,
@@ -96,7 +108,8 @@ def enable(conf=None, library=None):
     hooks.set_record_stream_fn(_native.function_address("memlake_torch_record_stream"))
     hooks.set_reset_fn(_native.function_address("memlake_torch_empty_cache"))
     hooks.set_memory_fraction_fn(_native.function_address("memlake_torch_set_memory_fraction"))
-    _set_graph_hooks(hooks)
+    if _set_graph_hooks(hooks) and plain_inductor_graphs:
+        _use_plain_inductor_graphs()
     try:
         torch.cuda.memory.change_current_allocator(pluggable)
     except RuntimeError as e:
@@ -122,9 +135,20 @@ def _set_graph_hooks(hooks):
             "memlake: this PyTorch has no graph-pool hooks for pluggable allocators (PyTorch 2.3 "
             "adds them): with memlake enabled, do not capture CUDA graphs (torch.cuda.graph)",
             RuntimeWarning, stacklevel=3)
-        return
+        return False
     for setter, function in _GRAPH_HOOKS:
         getattr(hooks, setter)(_native.function_address(function))
+    return True
+
+
+def _use_plain_inductor_graphs():
+    """Reduce-overhead on Inductor's plain CUDA graphs (see enable()).
+    Without Inductor, there is no reduce-overhead to set up."""
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:
+        return
+    inductor_config.triton.cudagraph_trees = False
 
 
 def exclusive_pool_handles(n, device=None, check=False):

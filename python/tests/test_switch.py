@@ -29,6 +29,8 @@ PROGRAM = textwrap.dedent("""
         print("hooks", all((hooks.record_stream_fn, hooks.reset_fn, hooks.memory_fraction_fn)))
         print("graph hooks", all((hooks.begin_allocate_to_pool_fn, hooks.end_allocate_to_pool_fn,
                                   hooks.release_pool_fn)))
+        import torch._inductor.config
+        print("inductor graph trees", torch._inductor.config.triton.cudagraph_trees)
     print("argv", sys.argv)
     print("name", __name__)
 """)
@@ -53,12 +55,22 @@ class Switch(unittest.TestCase):
         self.assertIn("libmemlake.so", r.stdout)
         self.assertIn("hooks True", r.stdout)
         self.assertIn("graph hooks True", r.stdout)
+        self.assertIn("inductor graph trees True", r.stdout)  # left as PyTorch has it
         self.assertIn("argv %r" % (argv,), r.stdout)
         self.assertIn("name __main__", r.stdout)
 
     def test_memlake_run_runs_the_script_with_its_argv(self):
         r = run([sys.executable, "-m", "memlake.run", str(self.program), "--lr", "3", "-m", "x"])
         self.assert_switched(r, [str(self.program), "--lr", "3", "-m", "x"])
+
+    def test_enable_can_select_inductors_plain_graphs(self):
+        r = run([sys.executable, "-c", textwrap.dedent("""
+            import memlake.torch, torch._inductor.config as config
+            memlake.torch.enable(plain_inductor_graphs=True)
+            print("inductor graph trees", config.triton.cudagraph_trees)
+        """)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("inductor graph trees False", r.stdout)
 
     def test_memlake_run_runs_a_module(self):
         r = run([sys.executable, "-m", "memlake.run", "-m", "trainmod", "a", "b"],

@@ -178,6 +178,17 @@ class GraphedTrain(unittest.TestCase):
         self.assertIn("0.25", lines[2])    # the largest loss difference
         self.assertIn("failed: RuntimeError: x", lines[3])
 
+    def test_without_native_separate_pools_the_first_native_run_is_the_reference(self):
+        runs = [self.record("native", "compiled", 2.0, [1.0, 0.5]),
+                self.record("memlake", "compiled", 1.5, [1.0, 0.375])]
+        lines = graphed_train.table(runs)
+        self.assertIn("0.750", lines[2])
+        self.assertIn("0.125", lines[2])
+        args = graphed_train.parse_args(["--compare", "--only", "compiled"])
+        self.assertEqual(args.only, "compiled")
+        with self.assertRaises(SystemExit):
+            graphed_train.parse_args(["--only", "compiled,tiled"])
+
     def test_what_exclusive_pools_kept_after_capture_is_listed(self):
         kept = self.record("memlake", "exclusive", 3.0, [1.0, 0.25])
         kept["kept_after_capture"] = {"128": [1, 512, 2097152], "256": [3, 4608, 4194304]}

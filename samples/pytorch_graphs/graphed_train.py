@@ -14,7 +14,12 @@ torch.cuda.graph wants. Graph pools:
              PyTorch allows for graphs that never run at the same time;
   exclusive  memlake only: one pool per graph, the pools of one exclusive
              group sharing physical chunks (memlake.torch.exclusive_pool_handles,
-             captured with memlake.torch.graph, replayed with memlake.torch.replay).
+             captured with memlake.torch.graph, replayed with memlake.torch.replay);
+  compiled   no capture by hand: the model under torch.compile(mode=
+             "reduce-overhead"), whose CUDA graphs Inductor records and replays
+             (PyTorch's graph trees natively; its plain graphs under memlake,
+             enable(plain_inductor_graphs=True)), gradients set to None
+             before each step.
 Each run prints one JSON line: peak reserved (torch.cuda.max_memory_reserved,
 or memlake.torch.max_memory_reserved), the loss of every replay, the
 replays' time, and, for exclusive pools, the blocks each pool still holds
@@ -33,14 +38,18 @@ import sys
 import time
 
 SETUPS = (("native", "separate"), ("native", "shared"), ("memlake", "separate"),
-          ("memlake", "shared"), ("memlake", "exclusive"))
+          ("memlake", "shared"), ("memlake", "exclusive"), ("native", "compiled"),
+          ("memlake", "compiled"))
+POOLS = ("separate", "shared", "exclusive", "compiled")
 GIB = 1 << 30
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--allocator", choices=("native", "memlake"), default="memlake")
-    p.add_argument("--pools", choices=("separate", "shared", "exclusive"), default="shared")
+    p.add_argument("--pools", choices=POOLS, default="shared")
+    p.add_argument("--only", default=",".join(POOLS),
+                   help="with --compare: the pool setups to run, comma-separated")
     p.add_argument("--buckets", default="128,256,384,512", help="sequence lengths, one graph each")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--hidden", type=int, default=1024)
@@ -50,6 +59,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.pools == "exclusive" and args.allocator != "memlake":
         p.error("--pools exclusive needs --allocator memlake")
+    unknown = set(args.only.split(",")) - set(POOLS)
+    if unknown:
+        p.error("--only: unknown pool setups %s" % ", ".join(sorted(unknown)))
     return args
 
 
@@ -63,7 +75,8 @@ def buckets_of(text):
 def run(args):
     if args.allocator == "memlake":
         import memlake.torch
-        memlake.torch.enable()
+        # Reduce-overhead needs Inductor's plain graphs under memlake.
+        memlake.torch.enable(plain_inductor_graphs=args.pools == "compiled")
     import torch
     import torch.nn.functional as F
 
@@ -84,6 +97,9 @@ def run(args):
         loss.backward()
         opt.step()
         return loss
+
+    if args.pools == "compiled":
+        return run_compiled(args, torch, model, opt, F, xs, ys, lengths)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -132,7 +148,13 @@ def run(args):
         record[i].copy_(losses[n])
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    return result(args, torch, lengths, seconds, record, kept)
+
+
+def result(args, torch, lengths, seconds, record, kept=None):
     if args.allocator == "memlake":
+        import memlake
+        import memlake.torch
         reserved = memlake.torch.max_memory_reserved()
         graph_bytes = memlake.stats()["graph_pool_bytes"]
     else:
@@ -144,6 +166,34 @@ def run(args):
             "kept_after_capture": kept}
 
 
+def run_compiled(args, torch, model, opt, F, xs, ys, lengths):
+    """The same steps with the model under reduce-overhead: three per bucket
+    first (compilation, Inductor's warm-up run and recording), as the
+    captured setups warm up, then the timed ones in the same order."""
+    compiled = torch.compile(model, mode="reduce-overhead")
+
+    def step(n):
+        torch.compiler.cudagraph_mark_step_begin()  # graph trees: last step's outputs are dead
+        # Gradients set to None: a graph's gradient outputs live in buffers
+        # its next replay overwrites, so they must not be accumulated into.
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(compiled(xs[n]), ys[n])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    for n in lengths:
+        for _ in range(3):
+            step(n)
+    record = torch.zeros(args.replays, device="cuda")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i in range(args.replays):
+        record[i].copy_(step(lengths[i % len(lengths)]))
+    torch.cuda.synchronize()
+    return result(args, torch, lengths, time.perf_counter() - start, record)
+
+
 def child_command(args, allocator, pools):
     return [sys.executable, os.path.abspath(__file__), "--allocator", allocator, "--pools", pools,
             "--buckets", args.buckets, "--batch", str(args.batch), "--hidden", str(args.hidden),
@@ -151,8 +201,11 @@ def child_command(args, allocator, pools):
 
 
 def table(runs):
-    """The lines of the table over run records, against native/separate."""
-    ref = next((r for r in runs if (r["allocator"], r["pools"]) == ("native", "separate")), None)
+    """The lines of the table over run records, against native/separate (or
+    the first native run, when that setup was left out)."""
+    ok = [r for r in runs if "error" not in r]
+    ref = next((r for r in ok if (r["allocator"], r["pools"]) == ("native", "separate")),
+               next((r for r in ok if r["allocator"] == "native"), None))
     lines = ["%-8s %-10s %14s %10s %11s %16s" % ("allocator", "pools", "peak reserved",
                                                   "/ native", "replay ms", "max loss diff")]
     for r in runs:
@@ -178,6 +231,8 @@ def table(runs):
 def compare(args):
     runs = []
     for allocator, pools in SETUPS:
+        if pools not in args.only.split(","):
+            continue
         r = subprocess.run(child_command(args, allocator, pools), capture_output=True, text=True)
         lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
         if r.returncode != 0 or not lines:

@@ -18,7 +18,8 @@
 #   the Python package's tests under PyTorch: test_torch_gpu.py,
 #     test_torch_graphs.py, test_profiling.py, test_package.py, and
 #     samples/pytorch_graphs/graphed_train.py --compare (captured training
-#     steps under PyTorch's allocator and memlake, each pool setup);
+#     steps under PyTorch's allocator and memlake, each pool setup, and
+#     under torch.compile(mode="reduce-overhead"));
 #   memlake-replay --backend cuda --allocator cudaMallocAsync over traces/.
 # Logs go to $OUT (default ./out); validate-summary.txt collects the results.
 set -u -o pipefail
@@ -81,9 +82,15 @@ done
 grep -E "^(test_|Ran|OK|FAILED)|Error:|refused|worked|skipped" "$OUT/python.log" | head -n 80 |
   tee -a "$SUMMARY"
 # Captured training steps per bucket: what each allocator and pool setup
-# reserves, and whether the losses agree.
-step graphed-train 150 "$OUT/graphed.log" python3 samples/pytorch_graphs/graphed_train.py --compare
+# reserves, and whether the losses agree; then the same steps under
+# torch.compile(mode="reduce-overhead"), smaller (compilation takes most of
+# their time).
+step graphed-train 150 "$OUT/graphed.log" python3 samples/pytorch_graphs/graphed_train.py --compare \
+  --only separate,shared,exclusive
 grep -vE "^(JSON|\+)" "$OUT/graphed.log" | tail -n 8 | tee -a "$SUMMARY"
+step compiled-train 240 "$OUT/compiled.log" python3 samples/pytorch_graphs/graphed_train.py --compare \
+  --only compiled --layers 2 --replays 100
+grep -vE "^(JSON|\+)" "$OUT/compiled.log" | tail -n 4 | tee -a "$SUMMARY"
 
 note "== memlake-replay on the GPU beside cudaMallocAsync"
 step replay 120 "$OUT/replay.log" "$BIN/memlake-replay" --backend cuda --allocator cudaMallocAsync \
