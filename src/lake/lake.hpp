@@ -271,7 +271,11 @@ class Lake final : private ChunkPool::Client {
   std::vector<ChunkId> recent_tails_;
   // Where requests were placed, newest last, by PlaceKey.
   std::unordered_map<PlaceKey, std::vector<DevicePtr>, PlaceKeyHash> remembered_;
-  std::unordered_map<std::size_t, std::size_t> allocated_by_size_;  // large blocks only
+  // Large blocks only. A size's entry goes when its last block is freed and
+  // comes back with the next one, every step: its nodes come from nodes_.
+  std::unordered_map<std::size_t, std::size_t, std::hash<std::size_t>, std::equal_to<std::size_t>,
+                     PoolAllocator<std::pair<const std::size_t, std::size_t>>>
+      allocated_by_size_;
 };
 
 }  // namespace memlake::lake
