@@ -44,7 +44,7 @@ GraphPools::GraphPools(Backend& backend, lake::ChunkPool& chunks, lake::Lake& la
       observers_(observers),
       options_(options),
       on_misuse_(on_misuse),
-      client_(chunks.attach(this)) {}
+      client_(chunks.attach(this, /*hears_changes=*/false)) {}
 
 // Pools still here at the allocator's end go without a synchronization: the
 // caller is done with the device memory of this allocator.

@@ -109,7 +109,7 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // lake::ChunkPool::Client: the lake's business; nothing to keep here.
   void chunk_added(lake::ChunkId) override {}
   void chunk_removed(lake::ChunkId) override {}
-  void chunk_changed(lake::ChunkId) override {}
+  void chunk_changed(lake::ChunkId) override {}  // not called: attached not to hear them
   // ChunkShare::Source
   Status take_new(std::size_t size, lake::ChunkId* id, ChunkHandle* handle) override;
   void give_back(lake::ChunkId id) override;

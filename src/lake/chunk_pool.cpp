@@ -24,7 +24,8 @@ ChunkPool::~ChunkPool() {
     if (c.in_use) backend_.release_chunk(c.handle);
 }
 
-ClientId ChunkPool::attach(Client* client) {
+ClientId ChunkPool::attach(Client* client, bool hears_changes) {
+  if (hears_changes) hearing_changes_.push_back(client);
   for (ClientId id = 0; id < clients_.size(); ++id) {
     if (clients_[id] == nullptr) {
       clients_[id] = client;
@@ -36,6 +37,7 @@ ClientId ChunkPool::attach(Client* client) {
 }
 
 void ChunkPool::detach(ClientId client) {
+  std::erase(hearing_changes_, clients_[client]);
   clients_[client] = nullptr;
 }
 
@@ -50,8 +52,7 @@ void ChunkPool::notify_removed(ChunkId id) {
 }
 
 void ChunkPool::notify_changed(ChunkId id) {
-  for (Client* c : clients_)
-    if (c) c->chunk_changed(id);
+  for (Client* c : hearing_changes_) c->chunk_changed(id);
 }
 
 ChunkId ChunkPool::create(std::size_t size) {

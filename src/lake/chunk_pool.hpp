@@ -58,7 +58,10 @@ class ChunkPool {
   ChunkPool(const ChunkPool&) = delete;
   ChunkPool& operator=(const ChunkPool&) = delete;
 
-  ClientId attach(Client* client);
+  // A client attached with `hears_changes` false is not told of takes and
+  // give-backs (one per chunk a block claims or frees): it keeps nothing
+  // about them.
+  ClientId attach(Client* client, bool hears_changes = true);
   void detach(ClientId client);
 
   // A new free chunk of `size` bytes; kNone when the capacity or a resource
@@ -113,6 +116,7 @@ class ChunkPool {
   std::vector<ChunkId> free_slots_;
   FreeChunkSet free_;  // by size, then id
   std::vector<Client*> clients_;
+  std::vector<Client*> hearing_changes_;  // the clients attached to hear takes and give-backs
   std::size_t reserved_bytes_ = 0;
   std::size_t free_bytes_ = 0;
   std::size_t reserve_bytes_ = 0;

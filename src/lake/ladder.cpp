@@ -59,7 +59,7 @@ Placed Lake::place(const Request& r, Budget budget, Budget from) {
        small(r) ? std::span<const Step>(kSmallLadder) : std::span<const Step>(kLargeLadder)) {
     if (step.needs < from) continue;  // tried by an earlier climb
     if (step.needs > budget) break;
-    const Placed p = climb(step.rung, r, step.needs);
+    const Placed p = climb(step.rung, r, key, step.needs);
     if (!p) continue;
     // A small block found in a fragment or at its place is not remembered
     // again: only where it took a chunk of its own.
@@ -70,10 +70,10 @@ Placed Lake::place(const Request& r, Budget budget, Budget from) {
   return {};
 }
 
-Placed Lake::climb(Rung rung, const Request& r, Budget budget) {
+Placed Lake::climb(Rung rung, const Request& r, const PlaceKey& key, Budget budget) {
   switch (rung) {
     case Rung::remembered:
-      return rung_remembered(r);
+      return rung_remembered(r, key);
     case Rung::fragment:
       return rung_fragment(r);
     case Rung::idle_segment:

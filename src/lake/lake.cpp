@@ -29,7 +29,9 @@ Lake::Lake(Backend& backend, ChunkPool& pool, const LakeOptions& options, Stats&
       table_(backend, pool, table_options(options), stats, observers, nodes_, refusal),
       fragments_(nodes_),
       allocations_(0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
-                   PoolAllocator<std::pair<const DevicePtr, Allocation>>(&nodes_)) {
+                   PoolAllocator<std::pair<const DevicePtr, Allocation>>(&nodes_)),
+      allocated_by_size_(0, std::hash<std::size_t>{}, std::equal_to<std::size_t>{},
+                         PoolAllocator<std::pair<const std::size_t, std::size_t>>(&nodes_)) {
   for (ChunkId c = 0; c < pool.slots(); ++c) chunk_added(c);
 }
 

@@ -181,7 +181,8 @@ class Lake final : private ChunkPool::Client {
   void chunk_changed(ChunkId id) override { table_.note_chunk_change(id); }
 
   // ladder.cpp
-  Placed climb(Rung rung, const Request& r, Budget budget);
+  // `key` is place_key(r): no rung that fails changes it.
+  Placed climb(Rung rung, const Request& r, const PlaceKey& key, Budget budget);
   bool small(const Request& r) const { return r.size <= options_.small_max; }
   // The table's indexes are about to be read: segments left behind catch up
   // (and a lag that a request had to pay for ends the hit streak).
@@ -189,7 +190,7 @@ class Lake final : private ChunkPool::Client {
   bool frees_may_lag() const;
 
   // rungs.cpp: each returns an empty Placed when it cannot serve.
-  Placed rung_remembered(const Request& r);
+  Placed rung_remembered(const Request& r, const PlaceKey& key);
   Placed rung_fragment(const Request& r);
   Placed rung_idle_segment(const Request& r);
   Placed rung_continuation(const Request& r, bool extend, Budget budget);
@@ -271,7 +272,11 @@ class Lake final : private ChunkPool::Client {
   std::vector<ChunkId> recent_tails_;
   // Where requests were placed, newest last, by PlaceKey.
   std::unordered_map<PlaceKey, std::vector<DevicePtr>, PlaceKeyHash> remembered_;
-  std::unordered_map<std::size_t, std::size_t> allocated_by_size_;  // large blocks only
+  // Large blocks only. A size's entry goes when its last block is freed and
+  // comes back with the next one, every step: its nodes come from nodes_.
+  std::unordered_map<std::size_t, std::size_t, std::hash<std::size_t>, std::equal_to<std::size_t>,
+                     PoolAllocator<std::pair<const std::size_t, std::size_t>>>
+      allocated_by_size_;
 };
 
 }  // namespace memlake::lake

@@ -33,6 +33,9 @@ void Lake::remember_place(const PlaceKey& key, DevicePtr ptr) {
   // without bound; a repeating step refills it within one step.
   if (remembered_.size() >= kRememberedKeys && remembered_.count(key) == 0) remembered_.clear();
   std::vector<DevicePtr>& places = remembered_[key];
+  // A request back at its newest place (every request of a repeated step)
+  // leaves the list as it is.
+  if (!places.empty() && places.back() == ptr) return;
   if (auto it = std::find(places.begin(), places.end(), ptr); it != places.end())
     places.erase(it);
   else if (places.size() >= kRememberedPlaces)
@@ -103,9 +106,9 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
 // coming back to their places, frees leave the segments behind (the step
 // takes the same chunks again); a large request that misses tells the
 // worker how large a run consolidation should make.
-Placed Lake::rung_remembered(const Request& r) {
+Placed Lake::rung_remembered(const Request& r, const PlaceKey& key) {
   Placed p;
-  if (auto it = remembered_.find(place_key(r)); it != remembered_.end()) {
+  if (auto it = remembered_.find(key); it != remembered_.end()) {
     for (auto place = it->second.rbegin(); place != it->second.rend() && !p; ++place) {
       SegmentId s;
       std::uint32_t slot;

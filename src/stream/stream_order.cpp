@@ -56,8 +56,11 @@ void StreamOrder::wait(StreamHandle stream, EventHandle event, StreamHandle sour
     observers_.each([&](Observer& o) { o.on_stream_wait(stream, source); });
 }
 
-bool StreamOrder::admit(StreamHandle stream) {
-  if (streams_.count(stream)) return true;
+bool StreamOrder::admit_lookup(StreamHandle stream) {
+  if (streams_.count(stream)) {
+    remember_admitted(stream);
+    return true;
+  }
   bool capturing = false;
   if (backend_.stream_is_capturing(stream, &capturing) != Status::ok) return false;
   // A capturing stream may not wait on events recorded outside its capture:
@@ -72,7 +75,13 @@ bool StreamOrder::admit(StreamHandle stream) {
     f.waited.push_back(stream);
   }
   streams_.insert(stream);
+  remember_admitted(stream);
   return true;
+}
+
+void StreamOrder::remember_admitted(StreamHandle stream) {
+  last_admitted_ = stream;
+  admitted_last_ = true;
 }
 
 StreamOrder::FreeTag StreamOrder::free_on(StreamHandle stream,
@@ -170,6 +179,7 @@ void StreamOrder::forget(StreamHandle stream) {
     std::erase(f.waited, stream);
   }
   streams_.erase(stream);
+  if (stream == last_admitted_) admitted_last_ = false;
 }
 
 }  // namespace memlake

@@ -59,8 +59,13 @@ class StreamOrder {
 
   // A stream's first use by this allocator: false when the backend does not
   // know it. A new stream waits (GPU-side) on every fence not yet complete,
-  // since memory freed under them may be given to it. Cheap when known.
-  bool admit(StreamHandle stream);
+  // since memory freed under them may be given to it. Cheap when known: the
+  // stream admitted last (every call, while one stream is in use) is not
+  // looked up.
+  bool admit(StreamHandle stream) {
+    if (MEMLAKE_LIKELY(admitted_last_ && stream == last_admitted_)) return true;
+    return admit_lookup(stream);
+  }
   // A block last used on `stream` and on `also_used_on` (admitted streams)
   // is freed: the tag it goes to the lake with. Whichever stream is given it
   // next, even `stream`, waits for the other streams' work.
@@ -113,6 +118,8 @@ class StreamOrder {
     std::size_t frees = 0;
   };
 
+  bool admit_lookup(StreamHandle stream);
+  void remember_admitted(StreamHandle stream);
   EventHandle acquire_event();
   // Returns the record's number (records_).
   std::uint64_t record(EventHandle event, StreamHandle stream);
@@ -133,6 +140,10 @@ class StreamOrder {
   Stats& stats_;
   ObserverList& observers_;
   std::unordered_set<StreamHandle> streams_;
+  // The last stream admit found in streams_ (any handle, nullptr included,
+  // may be a stream: hence the flag).
+  StreamHandle last_admitted_ = nullptr;
+  bool admitted_last_ = false;
   std::vector<EventHandle> event_pool_;
   std::vector<EventHandle> all_events_;
   std::vector<Fence> fences_;    // recorded, not known complete
