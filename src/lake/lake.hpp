@@ -175,7 +175,8 @@ class Lake final : private ChunkPool::Client {
     }
   };
 
-  // ChunkPool::Client
+  // ChunkPool::Client: chunk_changed hears of other clients' takes and
+  // give-backs; claim and unclaim note the lake's own.
   void chunk_added(ChunkId id) override;
   void chunk_removed(ChunkId id) override;
   void chunk_changed(ChunkId id) override { table_.note_chunk_change(id); }

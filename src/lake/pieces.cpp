@@ -18,6 +18,7 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   ChunkUse& u = use_[id];
   assert(pool_.is_free(id) && u.live == 0 && u.pieces == nullptr);
   pool_.take(id, client_);
+  table_.note_chunk_change(id);
   table_.rehome(s, id);
   if (table_[s].reserve) table_.dissolve_reserve(s);
   u.owner = s;
@@ -35,6 +36,7 @@ void Lake::unclaim(ChunkId id) {
   table_.pin(u.owner, &Segment::owned, false);
   u.owner = kNone;
   pool_.give_back(id);
+  table_.note_chunk_change(id);
 }
 
 // Splits `size` bytes off the front of a free piece that is not in the
