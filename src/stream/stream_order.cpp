@@ -168,7 +168,9 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
 
 void StreamOrder::drop_completed_fences() {
   // A query now could invalidate a capture under way (stream_order.hpp).
-  if (captures_underway_) return;
+  // With no fence recorded (every allocate asks, via completed()), there
+  // is nothing to look at.
+  if (captures_underway_ || fences_.empty()) return;
   // Once a stream's fence is found incomplete, its later ones are not asked:
   // each call queries about one fence per stream, however many a GPU that
   // runs behind has in flight.
