@@ -201,7 +201,9 @@ class SegmentTable {
   // Chunk `c`, which `s` maps, has `s` as its home from now on (it hands it
   // out); the segments that offered it catch up.
   void rehome(SegmentId s, ChunkId c);
-  void pin(SegmentId s, std::uint32_t Segment::*count, bool add);
+  // `n` more or fewer of a segment's pins of one kind (a block's chunks
+  // come and go together: one call for all of them).
+  void pin(SegmentId s, std::uint32_t Segment::*count, bool add, std::uint32_t n = 1);
   void touch(SegmentId s);  // placed in: most recently used
 
   // ---- idle segments and free runs ----
