@@ -25,20 +25,23 @@ ChunkPool::~ChunkPool() {
 }
 
 ClientId ChunkPool::attach(Client* client, bool hears_changes) {
-  if (hears_changes) hearing_changes_.push_back(client);
-  for (ClientId id = 0; id < clients_.size(); ++id) {
-    if (clients_[id] == nullptr) {
-      clients_[id] = client;
-      return id;
-    }
+  ClientId id = 0;
+  while (id < clients_.size() && clients_[id] != nullptr) ++id;
+  if (hears_changes) hearing_changes_.emplace_back(id, client);
+  if (id == clients_.size()) {
+    clients_.push_back(client);
+    hears_.push_back(hears_changes);
+  } else {
+    clients_[id] = client;
+    hears_[id] = hears_changes;
   }
-  clients_.push_back(client);
-  return static_cast<ClientId>(clients_.size() - 1);
+  return id;
 }
 
 void ChunkPool::detach(ClientId client) {
-  std::erase(hearing_changes_, clients_[client]);
+  std::erase_if(hearing_changes_, [&](const auto& h) { return h.first == client; });
   clients_[client] = nullptr;
+  hears_[client] = false;
 }
 
 void ChunkPool::notify_added(ChunkId id) {
@@ -51,8 +54,9 @@ void ChunkPool::notify_removed(ChunkId id) {
     if (c) c->chunk_removed(id);
 }
 
-void ChunkPool::notify_changed(ChunkId id) {
-  for (Client* c : hearing_changes_) c->chunk_changed(id);
+void ChunkPool::notify_others(ChunkId id, ClientId by) {
+  for (auto [client, c] : hearing_changes_)
+    if (client != by) c->chunk_changed(id);
 }
 
 ChunkId ChunkPool::create(std::size_t size) {
@@ -135,16 +139,17 @@ void ChunkPool::take(ChunkId id, ClientId client) {
   free_bytes_ -= c.size;
   if (c.reserve) clear_reserve(id);
   c.holder = client;
-  notify_changed(id);
+  notify_changed(id, client);
 }
 
 void ChunkPool::give_back(ChunkId id) {
   PhysicalChunk& c = chunks_[id];
   assert(c.holder != kNoClient);
+  const ClientId by = c.holder;
   c.holder = kNoClient;
   free_.emplace(c.size, id);
   free_bytes_ += c.size;
-  notify_changed(id);
+  notify_changed(id, by);
 }
 
 void ChunkPool::mark_reserve(ChunkId id) {

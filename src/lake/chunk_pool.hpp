@@ -5,8 +5,10 @@
 // in a set ordered by size, and records who holds each busy one: a *client*
 // (the lake; graph pools share the pool the same way) takes a free chunk
 // when it places memory in it and gives it back when the chunk is whole and
-// free again. Every client hears of every take and give-back, since several
-// clients may map the same free chunk in ranges of their own.
+// free again. Every client hears of the takes and give-backs of the others,
+// since several clients may map the same free chunk in ranges of their own;
+// a client keeps its own books on its own takes and give-backs (the lake
+// marks its segments behind directly, with no virtual call per chunk).
 //
 // Invariant: every chunk in use is either free (in the free set, held by no
 // client, unpinned or pinned by a worker job) or held by exactly one client;
@@ -16,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -43,7 +46,7 @@ struct PhysicalChunk {
 class ChunkPool {
  public:
   // Told of every chunk that joins or leaves the pool, and of every take
-  // and give-back, by any client.
+  // and give-back by another client.
   class Client {
    public:
     virtual ~Client() = default;
@@ -105,7 +108,10 @@ class ChunkPool {
  private:
   void notify_added(ChunkId id);
   void notify_removed(ChunkId id);
-  void notify_changed(ChunkId id);
+  void notify_changed(ChunkId id, ClientId by) {
+    if (hearing_changes_.size() > (hears_[by] ? 1u : 0u)) notify_others(id, by);
+  }
+  void notify_others(ChunkId id, ClientId by);
 
   Backend& backend_;
   std::size_t capacity_;
@@ -116,7 +122,11 @@ class ChunkPool {
   std::vector<ChunkId> free_slots_;
   FreeChunkSet free_;  // by size, then id
   std::vector<Client*> clients_;
-  std::vector<Client*> hearing_changes_;  // the clients attached to hear takes and give-backs
+  // The clients attached to hear takes and give-backs.
+  std::vector<std::pair<ClientId, Client*>> hearing_changes_;
+  // By client: whether it hears them. A change by the only client that
+  // hears (the lake, on its fast path) calls nobody.
+  std::vector<bool> hears_;
   std::size_t reserved_bytes_ = 0;
   std::size_t free_bytes_ = 0;
   std::size_t reserve_bytes_ = 0;

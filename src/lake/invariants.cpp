@@ -54,6 +54,10 @@ std::string SegmentTable::check_invariants() const {
     if (behind && (!m.listed || std::find(lagging_chunks_.begin(), lagging_chunks_.end(), c) ==
                                     lagging_chunks_.end()))
       err << "chunk " << c << " is behind but not listed; ";
+    if (!behind && m.seen_home != kNone &&
+        (m.seen_home_slot >= segments_[m.seen_home].chunks.size() ||
+         segments_[m.seen_home].chunks[m.seen_home_slot] != c))
+      err << "chunk " << c << " has the wrong slot of its home; ";
     if (m.mapped_in.empty() ? m.home != kNone : !maps_chunk(m.home, c))
       err << "chunk " << c << " has a home that does not map it; ";
   }

@@ -175,7 +175,8 @@ class Lake final : private ChunkPool::Client {
     }
   };
 
-  // ChunkPool::Client
+  // ChunkPool::Client: chunk_changed hears of other clients' takes and
+  // give-backs; claim and unclaim note the lake's own.
   void chunk_added(ChunkId id) override;
   void chunk_removed(ChunkId id) override;
   void chunk_changed(ChunkId id) override { table_.note_chunk_change(id); }
@@ -236,15 +237,19 @@ class Lake final : private ChunkPool::Client {
   std::size_t lead_for(SegmentId s, std::uint32_t first, std::size_t size) const;
   Piece* carve(Piece* free_piece, std::size_t size);
   Piece* carve_back(Piece* free_piece, std::size_t size);
-  void free_piece(Piece* p);
+  // Returns the owner of the chunk when its last piece went (the chunk went
+  // back to the pool; the caller unpins the owner), else kNone.
+  SegmentId free_piece(Piece* p);
   DevicePtr piece_address(const Piece* p) const;
   FenceId record(DevicePtr ptr, const Allocation& a);
   bool borrows(const Allocation& a) const;
   Piece* free_tail(ChunkId c) const;
   Piece* free_tail_before(SegmentId s, std::uint32_t slot) const;
   void remember_tail(SegmentId s, std::size_t last_chunk_index);
+  // Takes / gives back one chunk; the caller pins / unpins its owner, once
+  // for all the chunks of a block.
   void claim(ChunkId c, SegmentId s, std::size_t offset_in_segment);
-  void unclaim(ChunkId c);
+  SegmentId unclaim(ChunkId c);  // returns the owner it had
   Piece* new_piece(const Piece& p) { return new (nodes_.get(sizeof(Piece))) Piece(p); }
   void delete_piece(Piece* p) { nodes_.put(p, sizeof(Piece)); }
 

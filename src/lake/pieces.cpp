@@ -18,23 +18,25 @@ void Lake::claim(ChunkId id, SegmentId s, std::size_t offset_in_segment) {
   ChunkUse& u = use_[id];
   assert(pool_.is_free(id) && u.live == 0 && u.pieces == nullptr);
   pool_.take(id, client_);
+  table_.note_chunk_change(id);
   table_.rehome(s, id);
   if (table_[s].reserve) table_.dissolve_reserve(s);
   u.owner = s;
   u.owner_offset = offset_in_segment;
   u.pieces = new_piece({0, pool_.size(id), id, false, nullptr, nullptr});
-  table_.pin(s, &Segment::owned, true);
 }
 
 // The chunk's last live piece is gone: it is whole and free again.
-void Lake::unclaim(ChunkId id) {
+SegmentId Lake::unclaim(ChunkId id) {
   ChunkUse& u = use_[id];
   assert(u.live == 0 && u.pieces && u.pieces->next == nullptr);
   delete_piece(u.pieces);
   u.pieces = nullptr;
-  table_.pin(u.owner, &Segment::owned, false);
+  const SegmentId owner = u.owner;
   u.owner = kNone;
   pool_.give_back(id);
+  table_.note_chunk_change(id);
+  return owner;
 }
 
 // Splits `size` bytes off the front of a free piece that is not in the
@@ -68,7 +70,7 @@ Piece* Lake::carve_back(Piece* free_piece, std::size_t size) {
   return back;
 }
 
-void Lake::free_piece(Piece* p) {
+SegmentId Lake::free_piece(Piece* p) {
   ChunkUse& u = use_[p->chunk];
   assert(p->allocated && u.live > 0);
   p->allocated = false;
@@ -90,10 +92,10 @@ void Lake::free_piece(Piece* p) {
   }
   if (u.live == 0) {
     assert(p == u.pieces && p->size == pool_.size(p->chunk));
-    unclaim(p->chunk);  // the chunk is whole again: back to the pool
-  } else {
-    fragments_.insert(p);
+    return unclaim(p->chunk);  // the chunk is whole again: back to the pool
   }
+  fragments_.insert(p);
+  return kNone;
 }
 
 // Enters the allocation; returns the newest fence its chunks were freed under.
@@ -134,6 +136,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
   }
   Allocation a{s, first, 0, nullptr, size, size};
   std::size_t covered = 0;
+  std::uint32_t claimed = 0;  // chunks taken from the pool: `s` owns them
   DevicePtr ptr = seg.va + seg.offsets[first];
   std::size_t i = first;
   if (tail) {
@@ -147,6 +150,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
     const ChunkId c = seg.chunks[i];
     assert(pool_.is_free(c) && lead < pool_.size(c) && size >= pool_.size(c) - lead);
     claim(c, s, seg.offsets[i]);
+    ++claimed;
     ptr += lead;
     covered = pool_.size(c) - lead;
     a.piece = carve_back(use_[c].pieces, covered);
@@ -159,6 +163,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
     const std::size_t take = std::min(pool_.size(c), size - covered);
     if (pool_.is_free(c)) {
       claim(c, s, seg.offsets[i]);
+      ++claimed;
     } else {
       assert(use_[c].owner != kNone && !use_[c].pieces->allocated && use_[c].pieces->size >= take);
       fragments_.erase(use_[c].pieces);
@@ -167,6 +172,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
     if (a.chunk_count++ == 0) a.piece = p;
     covered += take;
   }
+  if (claimed != 0) table_.pin(s, &Segment::owned, true, claimed);
   remember_tail(s, a.first_chunk + a.chunk_count - 1);
   const FenceId fence = record(ptr, a);  // pins `s` when it borrows both ends and owns nothing
   table_.touch(s);
@@ -246,8 +252,18 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   count_size(a.size, -1);
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, false);
   // Giving chunks back changes who holds them only; the range stays mapped.
-  free_piece(a.piece);
-  for (std::uint32_t i = 1; i < a.chunk_count; ++i) free_piece(use_[ids[a.first_chunk + i]].pieces);
+  // Its own chunks unpin it once; borrowed ends unpin their owners.
+  std::uint32_t given_back = 0;
+  auto release = [&](Piece* p) {
+    const SegmentId owner = free_piece(p);
+    if (owner == a.segment)
+      ++given_back;
+    else if (owner != kNone)
+      table_.pin(owner, &Segment::owned, false);
+  };
+  release(a.piece);
+  for (std::uint32_t i = 1; i < a.chunk_count; ++i) release(use_[ids[a.first_chunk + i]].pieces);
+  if (given_back != 0) table_.pin(a.segment, &Segment::owned, false, given_back);
   if (!frees_may_lag()) table_.catch_up();
 }
 

@@ -131,7 +131,9 @@ void SegmentTable::unhome(SegmentId s) {
 // Each segment mapping a listed chunk compares whether it offered the chunk
 // as of the last catch-up with whether it offers it now; only those that
 // differ change. A chunk taken and given back (or rehomed and back) in
-// between changes nothing.
+// between changes nothing. Only its home offers a free chunk: while the
+// home is the one seen last, that one mapping is all that can differ, and a
+// chunk mapped in dozens of stitched ranges costs no walk over them.
 void SegmentTable::catch_up() {
   if (lagging_chunks_.empty()) return;
   for (ChunkId id : lagging_chunks_) {
@@ -139,27 +141,34 @@ void SegmentTable::catch_up() {
     m.listed = false;
     const bool free_now = pool_.is_free(id);
     if (free_now == m.seen_free && m.home == m.seen_home) continue;
-    for (Mapping where : m.mapped_in) {
-      const bool was = m.seen_offered(where.segment);
-      const bool now = free_now && m.home == where.segment;
-      if (was == now) continue;
-      Segment& seg = segments_[where.segment];
-      if (!now) {
-        if (seg.busy++ == 0) idle_erase(where.segment);
-      } else if (--seg.busy == 0) {
-        idle_insert(where.segment);
+    if (m.home == m.seen_home) {
+      if (m.home != kNone) catch_up_mapping({m.home, m.seen_home_slot}, free_now);
+    } else {
+      for (Mapping where : m.mapped_in) {
+        if (where.segment == m.home) m.seen_home_slot = where.index;
+        const bool now = free_now && m.home == where.segment;
+        if (m.seen_offered(where.segment) != now) catch_up_mapping(where, now);
       }
-      (now ? caught_freed_ : caught_claimed_).push_back(where);
-      ++stats_.caught_up_mappings.current;
+      m.seen_home = m.home;
     }
     m.seen_free = free_now;
-    m.seen_home = m.home;
   }
   lagging_chunks_.clear();
   apply_stretches(caught_claimed_, /*freed=*/false);
   apply_stretches(caught_freed_, /*freed=*/true);
   caught_claimed_.clear();
   caught_freed_.clear();
+}
+
+void SegmentTable::catch_up_mapping(Mapping where, bool now) {
+  Segment& seg = segments_[where.segment];
+  if (!now) {
+    if (seg.busy++ == 0) idle_erase(where.segment);
+  } else if (--seg.busy == 0) {
+    idle_insert(where.segment);
+  }
+  (now ? caught_freed_ : caught_claimed_).push_back(where);
+  ++stats_.caught_up_mappings.current;
 }
 
 // Runs catch up with the slots taken (or given back) in one pass: a block's

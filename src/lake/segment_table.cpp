@@ -456,16 +456,16 @@ void SegmentTable::enforce_budget(SegmentId keep, std::size_t extra_units) {
     if (!retire(z, true)) zombies_.push_back(std::move(z));
 }
 
-// One more or one less of a segment's pins (owned chunks or borrowing
-// allocations): it is in the LRU index of evictable segments while it has none.
-void SegmentTable::pin(SegmentId s, std::uint32_t Segment::*count, bool add) {
+// More or fewer of a segment's pins (owned chunks or borrowing allocations):
+// it is in the LRU index of evictable segments while it has none.
+void SegmentTable::pin(SegmentId s, std::uint32_t Segment::*count, bool add, std::uint32_t n) {
   Segment& seg = segments_[s];
   const bool was = seg.pinned();
-  assert(add || seg.*count > 0);
+  assert(add || seg.*count >= n);
   if (add)
-    ++(seg.*count);
+    seg.*count += n;
   else
-    --(seg.*count);
+    seg.*count -= n;
   if (was == seg.pinned()) return;
   if (was)
     unpinned_by_age_.emplace(seg.last_used, s);

@@ -85,8 +85,11 @@ struct ChunkMaps {
   std::vector<Mapping> mapped_in;
   SegmentId home = kNone;       // the segment that offers it while free: kNone only when unmapped
   SegmentId seen_home = kNone;  // as of the last catch-up
-  bool seen_free = true;        // as of the last catch-up (a new chunk is free)
-  bool listed = false;          // in the table's list of chunks to catch up with
+  // The chunk's slot in seen_home (when that is not kNone): a catch-up that
+  // finds the home unchanged updates that one mapping without a search.
+  std::uint32_t seen_home_slot = 0;
+  bool seen_free = true;  // as of the last catch-up (a new chunk is free)
+  bool listed = false;    // in the table's list of chunks to catch up with
   // Whether segment `s` counts the chunk as free, as of the last catch-up.
   bool seen_offered(SegmentId s) const { return seen_free && seen_home == s; }
 };
@@ -198,7 +201,9 @@ class SegmentTable {
   // Chunk `c`, which `s` maps, has `s` as its home from now on (it hands it
   // out); the segments that offered it catch up.
   void rehome(SegmentId s, ChunkId c);
-  void pin(SegmentId s, std::uint32_t Segment::*count, bool add);
+  // `n` more or fewer of a segment's pins of one kind (a block's chunks
+  // come and go together: one call for all of them).
+  void pin(SegmentId s, std::uint32_t Segment::*count, bool add, std::uint32_t n = 1);
   void touch(SegmentId s);  // placed in: most recently used
 
   // ---- idle segments and free runs ----
@@ -242,6 +247,8 @@ class SegmentTable {
   void run_erase(SegmentId s, SlotRuns::iterator it);
   void slots_freed(SegmentId s, std::uint32_t index, std::uint32_t count);
   void slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t count);
+  // Mapping `where` offers its chunk `now` where it did not, or the reverse.
+  void catch_up_mapping(Mapping where, bool now);
   void apply_stretches(const std::vector<Mapping>& slots, bool freed);
   void rehome(SegmentId s, const std::vector<ChunkId>& ids);
   // Chunks whose home was `s`, which is going: the newest other segment

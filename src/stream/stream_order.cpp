@@ -86,6 +86,12 @@ void StreamOrder::remember_admitted(StreamHandle stream) {
 
 StreamOrder::FreeTag StreamOrder::free_on(StreamHandle stream,
                                           const std::vector<StreamHandle>& also_used_on) {
+  if (also_used_on.empty()) {  // most frees: the stream's open fence, found once
+    const std::size_t i = open_fence_index(stream);
+    const FreeTag tag{open_[i].id, streams_.size() > 1};
+    if (++open_[i].frees >= kFreesPerFence) close_fence(i);
+    return tag;
+  }
   FenceId id = open_fence(stream).id;
   for (StreamHandle other : also_used_on) id = std::max(id, open_fence(other).id);
   const FreeTag tag{id, streams_.size() > 1};
@@ -108,9 +114,14 @@ std::size_t StreamOrder::open_fence_of(StreamHandle stream) const {
   return i;
 }
 
+std::size_t StreamOrder::open_fence_index(StreamHandle stream) {
+  const std::size_t i = open_fence_of(stream);
+  if (i == open_.size()) open_.push_back(OpenFence{FenceId{++last_fence_}, stream, 0});
+  return i;
+}
+
 StreamOrder::OpenFence& StreamOrder::open_fence(StreamHandle stream) {
-  if (const std::size_t i = open_fence_of(stream); i < open_.size()) return open_[i];
-  return open_.emplace_back(OpenFence{FenceId{++last_fence_}, stream, 0});
+  return open_[open_fence_index(stream)];
 }
 
 bool StreamOrder::close_fence(std::size_t i) {
@@ -157,7 +168,9 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
 
 void StreamOrder::drop_completed_fences() {
   // A query now could invalidate a capture under way (stream_order.hpp).
-  if (captures_underway_) return;
+  // With no fence recorded (every allocate asks, via completed()), there
+  // is nothing to look at.
+  if (captures_underway_ || fences_.empty()) return;
   // Once a stream's fence is found incomplete, its later ones are not asked:
   // each call queries about one fence per stream, however many a GPU that
   // runs behind has in flight.

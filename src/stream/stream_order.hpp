@@ -130,6 +130,8 @@ class StreamOrder {
   // on failure.
   void wait(StreamHandle stream, EventHandle event, StreamHandle source);
   std::size_t open_fence_of(StreamHandle stream) const;
+  // The stream's open fence (opened now if it has none), by index / itself.
+  std::size_t open_fence_index(StreamHandle stream);
   OpenFence& open_fence(StreamHandle stream);
   // Records open fence `i`, unless its stream is capturing; false then.
   bool close_fence(std::size_t i);
