@@ -28,20 +28,16 @@ ClientId ChunkPool::attach(Client* client, bool hears_changes) {
   ClientId id = 0;
   while (id < clients_.size() && clients_[id] != nullptr) ++id;
   if (hears_changes) hearing_changes_.emplace_back(id, client);
-  if (id == clients_.size()) {
+  if (id == clients_.size())
     clients_.push_back(client);
-    hears_.push_back(hears_changes);
-  } else {
+  else
     clients_[id] = client;
-    hears_[id] = hears_changes;
-  }
   return id;
 }
 
 void ChunkPool::detach(ClientId client) {
   std::erase_if(hearing_changes_, [&](const auto& h) { return h.first == client; });
   clients_[client] = nullptr;
-  hears_[client] = false;
 }
 
 void ChunkPool::notify_added(ChunkId id) {
@@ -52,11 +48,6 @@ void ChunkPool::notify_added(ChunkId id) {
 void ChunkPool::notify_removed(ChunkId id) {
   for (Client* c : clients_)
     if (c) c->chunk_removed(id);
-}
-
-void ChunkPool::notify_others(ChunkId id, ClientId by) {
-  for (auto [client, c] : hearing_changes_)
-    if (client != by) c->chunk_changed(id);
 }
 
 ChunkId ChunkPool::create(std::size_t size) {

@@ -108,10 +108,12 @@ class ChunkPool {
  private:
   void notify_added(ChunkId id);
   void notify_removed(ChunkId id);
+  // A change by the only client that hears (the lake, on its fast path)
+  // calls nobody.
   void notify_changed(ChunkId id, ClientId by) {
-    if (hearing_changes_.size() > (hears_[by] ? 1u : 0u)) notify_others(id, by);
+    for (auto [client, c] : hearing_changes_)
+      if (client != by) c->chunk_changed(id);
   }
-  void notify_others(ChunkId id, ClientId by);
 
   Backend& backend_;
   std::size_t capacity_;
@@ -124,9 +126,6 @@ class ChunkPool {
   std::vector<Client*> clients_;
   // The clients attached to hear takes and give-backs.
   std::vector<std::pair<ClientId, Client*>> hearing_changes_;
-  // By client: whether it hears them. A change by the only client that
-  // hears (the lake, on its fast path) calls nobody.
-  std::vector<bool> hears_;
   std::size_t reserved_bytes_ = 0;
   std::size_t free_bytes_ = 0;
   std::size_t reserve_bytes_ = 0;
