@@ -68,12 +68,18 @@ Status LeasedBackend::unmap(DevicePtr va, std::size_t size) {
 
 // --- keeping chunks ---------------------------------------------------------------
 
-bool LeasedBackend::shares_chunks_under(DevicePtr ptr, std::size_t size) const {
+std::vector<std::pair<ChunkHandle, std::size_t>> LeasedBackend::shared_chunks_under(
+    DevicePtr ptr, std::size_t size) const {
+  std::vector<std::pair<ChunkHandle, std::size_t>> shared;
   auto it = mappings_.upper_bound(ptr);
   if (it != mappings_.begin()) --it;
-  for (; it != mappings_.end() && it->first < ptr + size; ++it)
-    if (it->first + it->second.size > ptr && !kept_.count(it->second.chunk)) return true;
-  return false;
+  for (; it != mappings_.end() && it->first < ptr + size; ++it) {
+    const Mapping& m = it->second;
+    if (it->first + m.size <= ptr || kept_.count(m.chunk)) continue;
+    if (std::none_of(shared.begin(), shared.end(), [&](auto& c) { return c.first == m.chunk; }))
+      shared.emplace_back(m.chunk, m.size);
+  }
+  return shared;
 }
 
 Status LeasedBackend::remap(ChunkHandle chunk, ChunkHandle from, ChunkHandle with) {
@@ -109,16 +115,7 @@ Status LeasedBackend::remap(ChunkHandle chunk, ChunkHandle from, ChunkHandle wit
 }
 
 Status LeasedBackend::keep(DevicePtr ptr, std::size_t size, std::size_t* kept) {
-  std::vector<std::pair<ChunkHandle, std::size_t>> shared;  // the lake's handle, chunk size
-  auto it = mappings_.upper_bound(ptr);
-  if (it != mappings_.begin()) --it;
-  for (; it != mappings_.end() && it->first < ptr + size; ++it) {
-    const Mapping& m = it->second;
-    if (it->first + m.size <= ptr || kept_.count(m.chunk)) continue;
-    if (std::none_of(shared.begin(), shared.end(), [&](auto& c) { return c.first == m.chunk; }))
-      shared.emplace_back(m.chunk, m.size);
-  }
-  for (const auto& [chunk, chunk_size] : shared) {
+  for (const auto& [chunk, chunk_size] : shared_chunks_under(ptr, size)) {
     const ChunkHandle from = actual(chunk);
     ChunkHandle with = 0;
     kept_.reserve(kept_.size() + 1);

@@ -20,6 +20,8 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "graph/chunk_share.hpp"
@@ -36,7 +38,9 @@ class LeasedBackend final : public Backend {
   std::size_t early_unmaps() const { return early_unmaps_; }
 
   // Whether a chunk under [ptr, ptr + size) is still shared with the group.
-  bool shares_chunks_under(DevicePtr ptr, std::size_t size) const;
+  bool shares_chunks_under(DevicePtr ptr, std::size_t size) const {
+    return !shared_chunks_under(ptr, size).empty();
+  }
   // Replaces every shared chunk under [ptr, ptr + size) by a kept one, at
   // every address this pool maps it; adds the chunks replaced to `*kept`.
   // Nothing may run on those addresses meanwhile (the caller sees to it).
@@ -97,6 +101,10 @@ class LeasedBackend final : public Backend {
     std::size_t size;
   };
 
+  // The chunks under [ptr, ptr + size) still shared with the group: the
+  // lake's handle and the chunk's size, each once.
+  std::vector<std::pair<ChunkHandle, std::size_t>> shared_chunks_under(DevicePtr ptr,
+                                                                       std::size_t size) const;
   // The share's chunk behind the lake's handle (0 for an unknown handle).
   ChunkHandle actual(ChunkHandle chunk) const;
   // Maps `with` wherever the pool maps the lake's `chunk` (`from` until now).
