@@ -126,7 +126,7 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   if (!p) out_of_memory(bytes, stream);
   // Memory freed under a fence another stream recorded: the caller's stream
   // waits for that stream's work first.
-  if (MEMLAKE_UNLIKELY(p.fence > lake_.fences_done())) {
+  if (MEMLAKE_UNLIKELY(p.fence > lake_.fences_done()) && p.fence > look_at_fences()) {
     try {
       order_.wait_for(stream, p.fence);
     } catch (...) {
@@ -137,9 +137,16 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   return hand_out(p, bytes, stream, timed.elapsed());
 }
 
+FenceId AllocatorImpl::look_at_fences() {
+  allocations_since_fence_look_ = 0;
+  lake_.fences_completed(order_.completed());
+  return lake_.fences_done();
+}
+
 lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   refusal_.clear();
-  lake_.fences_completed(order_.completed());
+  if (MEMLAKE_UNLIKELY(++allocations_since_fence_look_ >= kAllocationsPerFenceLook))
+    look_at_fences();
   lake::Placed p = lake_.place(request, lake::Budget::reuse);
   // Past the rungs that reuse what is mapped, the work is driver calls:
   // observers see it as slow work until the climb ends.
@@ -149,9 +156,12 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   DriverTurns::ForegroundTurn turn(p ? nullptr : turns_);
   if (!p) {
     slow.begin(request.size, stream);
+    look_at_fences();
     p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);
   }
   // A synchronization point: frees came back, or this request had to stitch.
+  // A job unmaps only what was freed under completed fences.
+  if (worker_.has_work()) look_at_fences();
   worker_.nudge();
   if (p) return p;
   p = lake_.place(request, lake::Budget::create, /*from=*/lake::Budget::create);

@@ -100,6 +100,10 @@ class AllocatorImpl {
   // The ladder in budget order, reclaim included; an empty Placed when
   // nothing serves.
   lake::Placed climb(const lake::Request& request, Stream stream);
+  // Asks the stream order which fences have completed and tells the lake;
+  // returns the newest. Allocations look once in kAllocationsPerFenceLook
+  // calls (stream_order.hpp), before they map and before a wait.
+  FenceId look_at_fences();
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
   // defer_mapping: after a deferred call the backend refused, makes it again
   // and throws its cause (once), or throws on every call while it still
@@ -140,8 +144,9 @@ class AllocatorImpl {
                          PoolAllocator<std::pair<const DevicePtr, LiveBlock>>>;
   LiveMap live_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
                 LiveMap::allocator_type(&live_nodes_)};
-  RequestHistory history_;  // where in a repeated step a request comes
-  MappingWorker worker_;    // last: stopped before the lake goes
+  RequestHistory history_;                        // where in a repeated step a request comes
+  std::size_t allocations_since_fence_look_ = 0;  // see kAllocationsPerFenceLook
+  MappingWorker worker_;                          // last: stopped before the lake goes
 };
 
 }  // namespace memlake

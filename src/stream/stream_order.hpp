@@ -41,6 +41,11 @@ namespace memlake {
 // A stream records its open fence after this many frees under it, so that
 // no fence stays open long and holds back unmapping.
 inline constexpr std::size_t kFreesPerFence = 32;
+// An allocation served from mapped memory needs no answer from the fences
+// (only unmapping and cross-stream waits do, and they look first), so the
+// allocator looks at them once in this many allocations: an event query
+// costs about as much as the rest of such an allocation.
+inline constexpr std::size_t kAllocationsPerFenceLook = 32;
 
 class StreamOrder {
  public:

@@ -75,7 +75,7 @@ void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {
 }
 
 void MappingWorker::nudge() {
-  if (mode_ == WorkerMode::off || stopping_ || !jobs_.wanted()) return;
+  if (!has_work()) return;
   if (mode_ == WorkerMode::inline_jobs) {
     run_inline();
     return;

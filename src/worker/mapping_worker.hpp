@@ -37,6 +37,9 @@ class MappingWorker {
 
   // Called with the allocator's lock held. Cheap when there is nothing to do.
   void nudge();
+  // Whether nudge() would start a job now (lock held): the caller brings
+  // what the job plans with (the fences known complete) up to date first.
+  bool has_work() { return mode_ != WorkerMode::off && !stopping_ && jobs_.wanted(); }
   // A batch of deferred calls was queued: the deferred thread makes it.
   void wake_deferred();
   // Finishes the job in progress, then stops the thread. Idempotent.
