@@ -55,7 +55,8 @@ from . import stats as _stats
 from .torch_stats import memory_stats_from, memory_summary_from
 
 __all__ = [
-    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "graph", "is_enabled",
+    "OutOfMemoryError", "dump_timeline", "enable", "exclusive_pool_handles", "graph",
+    "inductor_graph_group", "is_enabled",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "memory_summary", "oom_errors", "replay", "reset_peak_memory_stats",
     "snapshot", "stats", "torch_oom_error",
@@ -75,12 +76,20 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     are added to MEMLAKE_CONF for this process, after what it already holds.
     library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
     package, or the source tree's build/).
-    plain_inductor_graphs: set torch._inductor.config.triton.cudagraph_trees
-    to False, so that torch.compile(mode="reduce-overhead") records
-    Inductor's plain CUDA graphs (torch.cuda.graph, one pool per graph),
-    which need only the pool hooks memlake sets. Inductor's default graph
-    trees call torch._C._cuda_getCheckpointState, which PyTorch refuses to
-    every pluggable allocator (docs/graphs.md). Plain graphs return their
+    plain_inductor_graphs: True sets
+    torch._inductor.config.triton.cudagraph_trees to False, so that
+    torch.compile(mode="reduce-overhead") records Inductor's plain CUDA
+    graphs (torch.cuda.graph, one pool per graph), which need only the pool
+    hooks memlake sets. Inductor's default graph trees call
+    torch._C._cuda_getCheckpointState, which PyTorch refuses to every
+    pluggable allocator (docs/graphs.md). "exclusive" does the same and puts
+    the pools of all of Inductor's graphs in one exclusive group
+    (exclusive_pool_handles): their temporaries share physical memory, and
+    what a graph keeps after its capture (its outputs) gets memory of its
+    own. Only for programs that run their compiled functions on one stream
+    at a time, as a training loop does: Inductor replays its graphs on the
+    current stream, and two graphs of the group running at the same time
+    would overwrite each other's temporaries. Plain graphs return their
     outputs in buffers the next replay overwrites, gradients included: a
     loop that keeps gradients between steps (zero_grad(set_to_none=False))
     then adds each step's gradient into the buffer the next replay writes;
@@ -95,6 +104,9 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     global _allocator
     if _allocator is not None:
         return _allocator
+    if plain_inductor_graphs not in (False, True, "exclusive"):
+        raise ValueError("plain_inductor_graphs: False, True or \"exclusive\", not %r"
+                         % (plain_inductor_graphs,))
     _native.load(library)
     if conf:
         merged = ",".join(x for x in (os.environ.get("MEMLAKE_CONF"), conf) if x)
@@ -109,7 +121,7 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     hooks.set_reset_fn(_native.function_address("memlake_torch_empty_cache"))
     hooks.set_memory_fraction_fn(_native.function_address("memlake_torch_set_memory_fraction"))
     if _set_graph_hooks(hooks) and plain_inductor_graphs:
-        _use_plain_inductor_graphs()
+        _use_plain_inductor_graphs(exclusive=plain_inductor_graphs == "exclusive")
     try:
         torch.cuda.memory.change_current_allocator(pluggable)
     except RuntimeError as e:
@@ -141,7 +153,7 @@ def _set_graph_hooks(hooks):
     return True
 
 
-def _use_plain_inductor_graphs():
+def _use_plain_inductor_graphs(exclusive):
     """Reduce-overhead on Inductor's plain CUDA graphs (see enable()).
     Without Inductor, there is no reduce-overhead to set up."""
     try:
@@ -149,6 +161,59 @@ def _use_plain_inductor_graphs():
     except ImportError:
         return
     inductor_config.triton.cudagraph_trees = False
+    if exclusive:
+        _capture_inductor_graphs_into_one_group()
+
+
+_inductor_groups = {}  # device index -> the exclusive group of Inductor's graphs
+
+
+def _capture_inductor_graphs_into_one_group():
+    """Inductor's plain graphs are captured by cudagraphify_impl
+    (torch._inductor.compile_fx), which compile_fx looks up when it compiles
+    and which calls torch.cuda.graph(graph, stream=...) with no pool. While it
+    runs, torch.cuda.graph gives each capture a new pool of the device's
+    Inductor group instead, warmed as graph() does (captures are made on the
+    thread that compiles; torch.cuda.graph is put back when it returns)."""
+    try:
+        import torch._inductor.compile_fx as compile_fx
+    except ImportError:
+        return
+    original = getattr(compile_fx, "cudagraphify_impl", None)
+    if original is None or getattr(original, "_memlake_group", False):
+        return
+
+    @functools.wraps(original)
+    def cudagraphify_impl(*args, **kwargs):
+        own = torch.cuda.graph
+
+        def graph_in_group(cuda_graph, pool=None, stream=None, **graph_kwargs):
+            if pool is None:
+                pool = _inductor_pool()
+            return _warmed(own)(cuda_graph, pool=pool, stream=stream, **graph_kwargs)
+
+        torch.cuda.graph = graph_in_group
+        try:
+            return original(*args, **kwargs)
+        finally:
+            torch.cuda.graph = own
+
+    cudagraphify_impl._memlake_group = True
+    compile_fx.cudagraphify_impl = cudagraphify_impl
+
+
+def _inductor_pool():
+    from . import exclusive_group, exclusive_pool_handle
+    index = torch.cuda.current_device()
+    if index not in _inductor_groups:
+        _inductor_groups[index] = exclusive_group(index)
+    return exclusive_pool_handle(_inductor_groups[index], index)
+
+
+def inductor_graph_group(device=None):
+    """The exclusive group of Inductor's graphs on `device` (enable(
+    plain_inductor_graphs="exclusive")), or None before the first capture."""
+    return _inductor_groups.get(_device_index(device))
 
 
 def exclusive_pool_handles(n, device=None, check=False):
@@ -182,7 +247,16 @@ def _warm_up_libraries(stream):
     stream.synchronize()
 
 
-_graph_class = None
+@functools.lru_cache(maxsize=None)
+def _warmed(graph_class):
+    """graph_class (torch.cuda.graph) whose capture first makes the libraries'
+    workspaces for the capture stream (_warm_up_libraries)."""
+    class WarmedGraph(graph_class):
+        def __enter__(self):
+            _warm_up_libraries(self.capture_stream)
+            return super().__enter__()
+
+    return WarmedGraph
 
 
 def graph(cuda_graph, pool=None, stream=None, **kwargs):
@@ -191,15 +265,7 @@ def graph(cuda_graph, pool=None, stream=None, **kwargs):
     libraries' per-stream workspaces on the capture stream outside the pool
     (see _warm_up_libraries). Use it to capture into exclusive pools;
     torch.cuda.graph is enough for private and shared pools."""
-    global _graph_class
-    if _graph_class is None:
-        class WarmedGraph(torch.cuda.graph):
-            def __enter__(self):
-                _warm_up_libraries(self.capture_stream)
-                return super().__enter__()
-
-        _graph_class = WarmedGraph
-    return _graph_class(cuda_graph, pool=pool, stream=stream, **kwargs)
+    return _warmed(torch.cuda.graph)(cuda_graph, pool=pool, stream=stream, **kwargs)
 
 
 _last_replay = {}  # exclusive group -> torch.cuda.Event recorded after its last replay

@@ -72,6 +72,44 @@ class Switch(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("inductor graph trees False", r.stdout)
 
+    def test_exclusive_plain_graphs_put_inductors_captures_in_one_group(self):
+        r = run([sys.executable, "-c", textwrap.dedent("""
+            import memlake, memlake.torch, torch
+            import torch._inductor.config as config, torch._inductor.compile_fx as fx
+            own_graph = torch.cuda.graph
+            memlake.torch.enable(plain_inductor_graphs="exclusive")
+            assert config.triton.cudagraph_trees is False
+            assert memlake.torch.inductor_graph_group() is None
+            a = fx.cudagraphify_impl(None, [])
+            b = fx.cudagraphify_impl(None, [])
+            assert torch.cuda.graph is own_graph, "torch.cuda.graph not put back"
+            assert isinstance(a, own_graph) and a.capture_stream == "capture stream"
+            assert a.pool is not None and b.pool is not None and a.pool != b.pool
+            group = memlake.torch.inductor_graph_group()
+            assert group, group
+            for pool in (a.pool, b.pool):  # a pool is made at its first capture
+                memlake.begin_allocate_to_pool(pool)
+                memlake.end_allocate_to_pool(pool)
+                assert memlake.pool_stats(pool)["group"] == group, memlake.pool_stats(pool)
+            mine = torch.cuda.graph(object(), pool=(7, 7))  # a user's capture: untouched
+            assert mine.pool == (7, 7) and not isinstance(mine, type(a))
+            print("one group", group)
+        """)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("one group", r.stdout)
+
+    def test_plain_inductor_graphs_takes_three_values(self):
+        r = run([sys.executable, "-c", textwrap.dedent("""
+            import memlake.torch
+            try:
+                memlake.torch.enable(plain_inductor_graphs="shared")
+            except ValueError as e:
+                print("refused:", e)
+        """)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("refused: plain_inductor_graphs", r.stdout)
+        self.assertIn("'shared'", r.stdout)
+
     def test_memlake_run_runs_a_module(self):
         r = run([sys.executable, "-m", "memlake.run", "-m", "trainmod", "a", "b"],
                 extra_paths=(support.FAKE_TORCH_DIR, self.tmp.name))

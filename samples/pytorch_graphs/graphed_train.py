@@ -18,8 +18,11 @@ torch.cuda.graph wants. Graph pools:
   compiled   no capture by hand: the model under torch.compile(mode=
              "reduce-overhead"), whose CUDA graphs Inductor records and replays
              (PyTorch's graph trees natively; its plain graphs under memlake,
-             enable(plain_inductor_graphs=True)), gradients set to None
-             before each step.
+             enable(plain_inductor_graphs=True), a pool per graph), gradients
+             set to None before each step;
+  compiled_exclusive  memlake only: the same, with the pools of all of
+             Inductor's graphs in one exclusive group
+             (enable(plain_inductor_graphs="exclusive")).
 Each run prints one JSON line: peak reserved (torch.cuda.max_memory_reserved,
 or memlake.torch.max_memory_reserved), the loss of every replay, the
 replays' time, and, for exclusive pools, the blocks each pool still holds
@@ -39,8 +42,8 @@ import time
 
 SETUPS = (("native", "separate"), ("native", "shared"), ("memlake", "separate"),
           ("memlake", "shared"), ("memlake", "exclusive"), ("native", "compiled"),
-          ("memlake", "compiled"))
-POOLS = ("separate", "shared", "exclusive", "compiled")
+          ("memlake", "compiled"), ("memlake", "compiled_exclusive"))
+POOLS = ("separate", "shared", "exclusive", "compiled", "compiled_exclusive")
 GIB = 1 << 30
 
 
@@ -57,8 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--replays", type=int, default=200)
     p.add_argument("--compare", action="store_true", help="every setup in a child process")
     args = p.parse_args(argv)
-    if args.pools == "exclusive" and args.allocator != "memlake":
-        p.error("--pools exclusive needs --allocator memlake")
+    if args.pools in ("exclusive", "compiled_exclusive") and args.allocator != "memlake":
+        p.error("--pools %s needs --allocator memlake" % args.pools)
     unknown = set(args.only.split(",")) - set(POOLS)
     if unknown:
         p.error("--only: unknown pool setups %s" % ", ".join(sorted(unknown)))
@@ -76,7 +79,8 @@ def run(args):
     if args.allocator == "memlake":
         import memlake.torch
         # Reduce-overhead needs Inductor's plain graphs under memlake.
-        memlake.torch.enable(plain_inductor_graphs=args.pools == "compiled")
+        memlake.torch.enable(plain_inductor_graphs="exclusive" if args.pools == "compiled_exclusive"
+                             else args.pools == "compiled")
     import torch
     import torch.nn.functional as F
 
@@ -98,7 +102,7 @@ def run(args):
         opt.step()
         return loss
 
-    if args.pools == "compiled":
+    if args.pools in ("compiled", "compiled_exclusive"):
         return run_compiled(args, torch, model, opt, F, xs, ys, lengths)
 
     side = torch.cuda.Stream()
@@ -206,18 +210,19 @@ def table(runs):
     ok = [r for r in runs if "error" not in r]
     ref = next((r for r in ok if (r["allocator"], r["pools"]) == ("native", "separate")),
                next((r for r in ok if r["allocator"] == "native"), None))
-    lines = ["%-8s %-10s %14s %10s %11s %16s" % ("allocator", "pools", "peak reserved",
+    lines = ["%-8s %-18s %14s %10s %11s %16s" % ("allocator", "pools", "peak reserved",
                                                   "/ native", "replay ms", "max loss diff")]
     for r in runs:
         if "error" in r:
-            lines.append("%-8s %-10s failed: %s" % (r["allocator"], r["pools"], r["error"]))
+            lines.append("%-8s %-18s failed: %s" % (r["allocator"], r["pools"], r["error"]))
             continue
         ratio = diff = ""
         if ref is not None:
             ratio = "%.3f" % (r["peak_reserved_bytes"] / ref["peak_reserved_bytes"])
             diff = "%.3g" % max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
-        lines.append("%-8s %-10s %10.2f GiB %10s %11.3f %16s" % (
-            r["allocator"], r["pools"], r["peak_reserved_bytes"] / GIB, ratio, r["replay_ms"], diff))
+        lines.append("%-8s %-18s %10.2f GiB %10s %11.3f %16s" % (
+            r["allocator"], r["pools"], r["peak_reserved_bytes"] / GIB, ratio, r["replay_ms"],
+            diff))
     for r in runs:
         if r.get("kept_after_capture"):
             lines.append("%s %s: blocks / bytes each pool kept after its capture (the loss, and "

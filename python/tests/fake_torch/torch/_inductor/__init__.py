@@ -1,1 +1,1 @@
-"""torch._inductor of the stand-in: only its config."""
+"""torch._inductor of the stand-in: its config and compile_fx."""

@@ -17,3 +17,12 @@ def set_device(index):
     global _current
     memory.started = True  # starts PyTorch's allocator, as the real one does
     _current = index
+
+
+class graph:
+    """torch.cuda.graph's arguments, kept: the stand-in captures nothing."""
+
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        self.cuda_graph = cuda_graph
+        self.pool = pool
+        self.capture_stream = stream
