@@ -139,6 +139,8 @@ def replay(label, path, warmup_fraction):
             ptr = live.pop(ids[i], None)
             if ptr is None:
                 raise SystemExit("%s: free of unknown id %d (event %d)" % (path, ids[i], i))
+            if ptr == 0:  # a 0-byte request: nothing was allocated (cudaMallocAsync refuses it)
+                continue
             t0 = clock()
             raw_delete(ptr)
             t1 = clock()
@@ -154,7 +156,8 @@ def replay(label, path, warmup_fraction):
     else:
         reserved = torch.cuda.max_memory_reserved()
     for ptr in live.values():
-        raw_delete(ptr)
+        if ptr != 0:
+            raw_delete(ptr)
     record = {"allocator": label, "trace": os.path.basename(path), "events": len(ops),
               "measured_events": len(ops) - warm_start, "wall_ns": end - start,
               "measured_wall_ns": end - warm_clock, "allocate": summary(alloc_times),
