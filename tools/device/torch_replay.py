@@ -30,6 +30,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "samples", "pytorch_training"))
+from train import select_allocator  # noqa: E402  (the environment each allocator needs)
+
 ALLOCATORS = ("null", "native", "expandable", "async", "memlake")
 
 
@@ -61,15 +64,6 @@ def read_trace(path):
             sizes.append(int(size))
             streams.append(int(stream))
     return ops, ids, sizes, streams
-
-
-def select_allocator(allocator):
-    for key in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
-        os.environ.pop(key, None)
-    if allocator == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    elif allocator == "async":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
 
 
 def percentile(sorted_values, q):
