@@ -168,8 +168,8 @@ void StreamOrder::wait_for(StreamHandle stream, FenceId through) {
 
 void StreamOrder::drop_completed_fences() {
   // A query now could invalidate a capture under way (stream_order.hpp).
-  // With no fence recorded (every allocate asks, via completed()), there
-  // is nothing to look at.
+  // With no fence recorded (the allocator asks often, via completed()),
+  // there is nothing to look at.
   if (captures_underway_ || fences_.empty()) return;
   // Once a stream's fence is found incomplete, its later ones are not asked:
   // each call queries about one fence per stream, however many a GPU that
