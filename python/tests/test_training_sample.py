@@ -1,8 +1,9 @@
 """samples/pytorch_training's parts that need neither torch nor a GPU: the
 allocator list (memlake with options of its own, memlake/KEY:VALUE), the
 child command each run gets, the --compare table over hand-made runs,
-tools/device/step_trace.py over a hand-made torch.profiler trace, and
-samples/pytorch_graphs/graphed_train.py's arguments and table."""
+tools/device/step_trace.py over a hand-made torch.profiler trace,
+samples/pytorch_graphs/graphed_train.py's arguments and table, and
+tools/device/torch_replay.py's replay loop over a stand-in torch."""
 
 import gzip
 import json
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import types
 import unittest
+from unittest import mock
 from pathlib import Path
 
 import support
@@ -22,6 +24,7 @@ import train  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "device"))
 import step_trace  # noqa: E402
+import torch_replay  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples" / "pytorch_graphs"))
 import graphed_train  # noqa: E402
@@ -207,6 +210,70 @@ class GraphedTrain(unittest.TestCase):
         cmd = graphed_train.child_command(args, "native", "shared")
         self.assertEqual(cmd[cmd.index("--pools") + 1], "shared")
         self.assertEqual(cmd[cmd.index("--buckets") + 1], "64,128")
+
+
+TRACE = """# memlake-trace v1 workload=tiny source=hand
+ts_us,op,id,bytes,stream
+0,alloc,1,4096,0
+1,alloc,2,0,7
+2,free,2,0,7
+3,alloc,3,8192,0
+4,free,1,4096,0
+5,free,3,8192,0
+"""
+
+
+def stand_in_torch():
+    """What torch_replay's replay touches of torch: streams and the sync."""
+    class Stream:
+        count = 0
+
+        def __init__(self):
+            Stream.count += 1
+            self.cuda_stream = 100 + Stream.count
+
+    cuda = types.SimpleNamespace(init=lambda: None, Stream=Stream, synchronize=lambda: None,
+                                 current_stream=lambda: types.SimpleNamespace(cuda_stream=0))
+    return types.SimpleNamespace(cuda=cuda, __version__="stand-in")
+
+
+class TorchReplay(unittest.TestCase):
+    def write(self, text):
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        tmp.write(text)
+        tmp.close()
+        self.addCleanup(Path(tmp.name).unlink)
+        return tmp.name
+
+    def test_the_trace_is_read_in_order_without_its_comments(self):
+        ops, ids, sizes, streams = torch_replay.read_trace(self.write(TRACE))
+        self.assertEqual(ops, [True, True, False, True, False, False])
+        self.assertEqual(ids, [1, 2, 2, 3, 1, 3])
+        self.assertEqual(sizes, [4096, 0, 0, 8192, 4096, 8192])
+        self.assertEqual(streams, [0, 7, 7, 0, 0, 0])
+
+    def test_the_loop_times_every_call_after_warm_up(self):
+        with mock.patch.dict(sys.modules, {"torch": stand_in_torch()}):
+            record = torch_replay.replay("null", self.write(TRACE), 0.5)
+        # Events 3-5 are measured: one allocation and two frees.
+        self.assertEqual(record["measured_events"], 3)
+        self.assertEqual(record["allocate"]["count"], 1)
+        self.assertEqual(record["free"]["count"], 2)
+        self.assertEqual(record["calls_ns"],
+                         record["allocate"]["sum_ns"] + record["free"]["sum_ns"])
+        self.assertGreaterEqual(record["allocate"]["max_ns"], record["allocate"]["median_ns"])
+
+    def test_a_free_of_an_unknown_id_names_it(self):
+        path = self.write(TRACE.replace("5,free,3,8192,0", "5,free,9,8192,0"))
+        with mock.patch.dict(sys.modules, {"torch": stand_in_torch()}):
+            with self.assertRaises(SystemExit) as e:
+                torch_replay.replay("null", path, 0.0)
+        self.assertIn("unknown id 9", str(e.exception))
+
+    def test_percentiles_are_nearest_rank(self):
+        s = torch_replay.summary(list(range(100, 0, -1)))
+        self.assertEqual((s["count"], s["median_ns"], s["p99_ns"], s["max_ns"], s["sum_ns"]),
+                         (100, 51, 100, 100, 5050))
 
 
 if __name__ == "__main__":
