@@ -86,10 +86,10 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     the pools of all of Inductor's graphs in one exclusive group
     (exclusive_pool_handles): their temporaries share physical memory, and
     what a graph keeps after its capture (its outputs) gets memory of its
-    own. Only for programs that run their compiled functions on one stream
-    at a time, as a training loop does: Inductor replays its graphs on the
-    current stream, and two graphs of the group running at the same time
-    would overwrite each other's temporaries. Plain graphs return their
+    own. Each replay of one of them then waits, GPU-side, for the group's
+    last replay, so two never run at the same time, whatever streams a
+    program runs its compiled functions on (compiled functions on two
+    streams lose their overlap). Plain graphs return their
     outputs in buffers the next replay overwrites, gradients included: a
     loop that keeps gradients between steps (zero_grad(set_to_none=False))
     then adds each step's gradient into the buffer the next replay writes;
@@ -190,6 +190,7 @@ def _capture_inductor_graphs_into_one_group():
         def graph_in_group(cuda_graph, pool=None, stream=None, **graph_kwargs):
             if pool is None:
                 pool = _inductor_pool()
+                _replay_in_turn(cuda_graph)
             return _warmed(own)(cuda_graph, pool=pool, stream=stream, **graph_kwargs)
 
         torch.cuda.graph = graph_in_group
@@ -200,6 +201,21 @@ def _capture_inductor_graphs_into_one_group():
 
     cudagraphify_impl._memlake_group = True
     compile_fx.cudagraphify_impl = cudagraphify_impl
+
+
+def _replay_in_turn(cuda_graph):
+    """Inductor replays its graphs with graph.replay(): each replay of a
+    graph of the group first waits, GPU-side, for the group's last one, so
+    that two of them never run at the same time, whatever streams they are
+    replayed on (what memlake.torch.replay does for graphs captured by hand)."""
+    index = torch.cuda.current_device()
+    group = _inductor_groups[index]
+    replay = cuda_graph.replay
+
+    def replay_after_the_group(*args, **kwargs):
+        _in_turn(group, index, lambda: replay(*args, **kwargs))
+
+    cuda_graph.replay = replay_after_the_group
 
 
 def _inductor_pool():
@@ -282,11 +298,17 @@ def replay(graph, pool, device=None):
     if group == 0:
         graph.replay()
         return
+    _in_turn(group, index, graph.replay)
+
+
+def _in_turn(group, index, launch):
+    """launch() on the current stream after the last launch of `group`'s
+    graphs made through here has finished, GPU-side."""
     stream = torch.cuda.current_stream(index)
     last = _last_replay.get(group)
     if last is not None:
         stream.wait_event(last)
-    graph.replay()
+    launch()
     done = torch.cuda.Event()
     done.record(stream)
     _last_replay[group] = done

@@ -93,6 +93,25 @@ class Switch(unittest.TestCase):
                 assert memlake.pool_stats(pool)["group"] == group, memlake.pool_stats(pool)
             mine = torch.cuda.graph(object(), pool=(7, 7))  # a user's capture: untouched
             assert mine.pool == (7, 7) and not isinstance(mine, type(a))
+            # Each replay of a graph of the group waits, GPU-side, for the
+            # group's last replay, on whatever stream it runs.
+            log = []
+            class Event:
+                def record(self, stream): log.append(("record", stream, self)); self.on = stream
+            class Stream:
+                def __init__(self, name): self.name = name
+                def wait_event(self, e): log.append(("wait", self, e))
+            s1, s2 = Stream("s1"), Stream("s2")
+            current = [s1]
+            torch.cuda.Event, torch.cuda.current_stream = Event, lambda device=None: current[0]
+            a.cuda_graph.replay()
+            current[0] = s2
+            b.cuda_graph.replay()
+            a.cuda_graph.replay()
+            assert fx.CUDAGraph.replays == [a.cuda_graph, b.cuda_graph, a.cuda_graph]
+            kinds = [entry[0] for entry in log]
+            assert kinds == ["record", "wait", "record", "wait", "record"], kinds
+            assert log[1] == ("wait", s2, log[0][2]) and log[3] == ("wait", s2, log[2][2]), log
             print("one group", group)
         """)])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
