@@ -22,9 +22,9 @@ except ImportError:
     HAVE_GPU = False
 
 
-def run_child(body):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True,
-                          text=True, env=support.child_env(), timeout=600)
+def run_child(body, *argv):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(body), *argv],
+                          capture_output=True, text=True, env=support.child_env(), timeout=600)
 
 
 @unittest.skipUnless(HAVE_GPU, "needs torch with a CUDA GPU")
@@ -209,9 +209,7 @@ class TorchGraphs(unittest.TestCase):
             runs = {}
             for name in ("memlake", "exclusive", "native"):
                 path = os.path.join(tmp, name + ".pt")
-                r = subprocess.run([sys.executable, "-c", textwrap.dedent(
-                    self.REDUCE_OVERHEAD_STEPS), name, path], capture_output=True, text=True,
-                    env=support.child_env(), timeout=600)
+                r = run_child(self.REDUCE_OVERHEAD_STEPS, name, path)
                 self.assertEqual(r.returncode, 0, name + ": " + r.stdout + r.stderr)
                 runs[name] = torch.load(path)
         pairs = [(mode, step, mine, theirs) for mode in ("memlake", "exclusive")

@@ -161,8 +161,10 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   }
   // A synchronization point: frees came back, or this request had to stitch.
   // A job unmaps only what was freed under completed fences.
-  if (worker_.has_work()) look_at_fences();
-  worker_.nudge();
+  if (worker_.has_work()) {
+    look_at_fences();
+    worker_.nudge();
+  }
   if (p) return p;
   p = lake_.place(request, lake::Budget::create, /*from=*/lake::Budget::create);
   if (p) return p;

@@ -1,6 +1,8 @@
 // The mapping worker's thread and its inline (deterministic) twin.
 #include "worker/mapping_worker.hpp"
 
+#include <cassert>
+
 #include <cstdint>
 
 #include "backend/adaptors/counting_backend.hpp"
@@ -75,7 +77,7 @@ void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {
 }
 
 void MappingWorker::nudge() {
-  if (!has_work()) return;
+  assert(has_work());
   if (mode_ == WorkerMode::inline_jobs) {
     run_inline();
     return;

@@ -35,11 +35,12 @@ class MappingWorker {
   MappingWorker(const MappingWorker&) = delete;
   MappingWorker& operator=(const MappingWorker&) = delete;
 
-  // Called with the allocator's lock held. Cheap when there is nothing to do.
-  void nudge();
-  // Whether nudge() would start a job now (lock held): the caller brings
-  // what the job plans with (the fences known complete) up to date first.
+  // Whether a job is wanted now (lock held): cheap when there is nothing to
+  // do. The caller brings what the job plans with (the fences known
+  // complete) up to date, then nudges.
   bool has_work() { return mode_ != WorkerMode::off && !stopping_ && jobs_.wanted(); }
+  // Starts the job has_work() found wanted (lock held): inline, at once.
+  void nudge();
   // A batch of deferred calls was queued: the deferred thread makes it.
   void wake_deferred();
   // Finishes the job in progress, then stops the thread. Idempotent.
