@@ -70,16 +70,25 @@ std::string SegmentTable::check_invariants() const {
 std::string Lake::check_invariants() const {
   std::ostringstream err;
   err << pool_.check_invariants() << table_.check_invariants();
-  std::size_t fragment_bytes = 0, head_bytes = 0, tail_bytes = 0;
+  std::size_t fragment_bytes = 0, head_bytes = 0, tail_bytes = 0, beside_small = 0;
   std::vector<std::uint32_t> owned(table_.slots(), 0);
+  // Live pieces of small blocks, by chunk.
+  std::vector<std::uint32_t> small_blocks(pool_.slots(), 0);
+  for (const auto& [ptr, a] : allocations_) {
+    if (a.size > options_.small_max) continue;
+    for (std::uint32_t i = 0; i < a.chunk_count; ++i)
+      ++small_blocks[table_[a.segment].chunks[a.first_chunk + i]];
+  }
   for (ChunkId id = 0; id < pool_.slots(); ++id) {
     if (!pool_[id].in_use) continue;
     const ChunkUse& u = use_[id];
     if (pool_.is_free(id)) {
-      if (u.owner != kNone || u.live != 0 || u.pieces)
+      if (u.owner != kNone || u.live != 0 || u.pieces || fragments_.small_blocks_in(id) != 0)
         err << "free chunk " << id << " is not clean; ";
       continue;
     }
+    if (fragments_.small_blocks_in(id) != small_blocks[id])
+      err << "chunk " << id << " small block count is off; ";
     if (u.owner == kNone) {
       err << "taken chunk " << id << " has no owner; ";
       continue;
@@ -99,6 +108,10 @@ std::string Lake::check_invariants() const {
         if (prev && !prev->allocated) err << "chunk " << id << " has adjacent free pieces; ";
         if (!fragments_.contains(const_cast<Piece*>(p)))
           err << "free piece missing from the index; ";
+        const bool by_small = small_blocks[id] != 0;
+        if (fragments_.beside_small_contains(const_cast<Piece*>(p)) != by_small)
+          err << "chunk " << id << " free piece is wrongly indexed beside small blocks; ";
+        beside_small += by_small ? 1 : 0;
         fragment_bytes += p->size;
         if (!p->prev) head_bytes += p->size;
         if (!p->next) tail_bytes += p->size;
@@ -129,6 +142,8 @@ std::string Lake::check_invariants() const {
   std::size_t indexed = 0;
   for (const Piece* p : fragments_) indexed += p->size;
   if (indexed != fragment_bytes) err << "fragment index holds stale pieces; ";
+  if (beside_small != fragments_.beside_small_count())
+    err << "index of pieces beside small blocks holds stale pieces; ";
   return err.str();
 }
 

@@ -106,6 +106,12 @@ FenceId Lake::record(DevicePtr ptr, const Allocation& a) {
     fence = std::max(fence, use_[ids[a.first_chunk + i]].fence);
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
+  if (a.size <= options_.small_max) {
+    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+      const ChunkId c = ids[a.first_chunk + i];
+      fragments_.small_block_added(c, use_[c].pieces);
+    }
+  }
   count_size(a.size, +1);
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, true);
   return fence;
@@ -261,8 +267,12 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
     else if (owner != kNone)
       table_.pin(owner, &Segment::owned, false);
   };
-  release(a.piece);
-  for (std::uint32_t i = 1; i < a.chunk_count; ++i) release(use_[ids[a.first_chunk + i]].pieces);
+  const bool small_block = a.size <= options_.small_max;
+  for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+    const ChunkId c = ids[a.first_chunk + i];
+    release(i == 0 ? a.piece : use_[c].pieces);
+    if (small_block) fragments_.small_block_removed(c, use_[c].pieces);
+  }
   if (given_back != 0) table_.pin(a.segment, &Segment::owned, false, given_back);
   if (!frees_may_lag()) table_.catch_up();
 }

@@ -15,11 +15,12 @@ namespace {
 constexpr std::size_t kBorrowMaxGranules = 2;
 }  // namespace
 
-// Small requests share the free space of chunks already in use (tails of
-// large blocks, other small blocks); a large one takes such a piece where it
-// fits.
+// Small requests share the free space of chunks already in use: beside
+// other small blocks first, else in the tails of large blocks; a large one
+// takes such a piece where it fits.
 Placed Lake::rung_fragment(const Request& r) {
-  Piece* f = fragments_.best_fit(r.size);
+  Piece* f = small(r) ? fragments_.best_fit_beside_small(r.size) : nullptr;
+  if (!f) f = fragments_.best_fit(r.size);
   return f ? place_on_piece(Rung::fragment, f, r.size) : Placed{};
 }
 

@@ -194,6 +194,47 @@ TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
   EXPECT_INVARIANTS(*a);
 }
 
+// A small block goes beside other small blocks, not into the free tail of a
+// large block's chunk, even where that tail is the tighter fit: there it
+// would keep the chunk once the large block is freed, so the large block's
+// chunks could not all be stitched again.
+TEST_F(CoreTest, ASmallBlockGoesBesideSmallBlocksNotIntoALargeBlocksTail) {
+  auto a = make_granule_chunks(64 * MiB);
+  const std::size_t large = 4 * MiB - 64 * KiB;  // two chunks, a free tail of 64K
+  void* big = a->allocate(large);
+  void* first_small = a->allocate(128 * KiB);  // too large for the tail: a chunk of its own
+  ASSERT_NE(static_cast<char*>(first_small), static_cast<char*>(big) + large);
+  StatsDelta d(*a);
+  void* second_small = a->allocate(32 * KiB);
+  EXPECT_EQ(d(&Stats::rung_fragment), 1) << d.changed();
+  EXPECT_NE(static_cast<char*>(second_small), static_cast<char*>(big) + large)
+      << "not in the large block's tail";
+  EXPECT_TRUE(static_cast<char*>(second_small) + 32 * KiB == static_cast<char*>(first_small) ||
+              static_cast<char*>(second_small) == static_cast<char*>(first_small) + 128 * KiB)
+      << "beside the first small block";
+  platform_->fill(first_small, 128 * KiB, 1);
+  platform_->fill(second_small, 32 * KiB, 2);
+  EXPECT_INVARIANTS(*a);
+
+  // The large block's two chunks come back whole: a block of their size
+  // is made of them, with no new memory.
+  a->deallocate(big, large);
+  settle_all(*a);
+  EXPECT_EQ(a->stats().reserved_bytes.current, static_cast<std::int64_t>(6 * MiB));
+  void* again = a->allocate(4 * MiB);
+  EXPECT_EQ(a->stats().reserved_bytes.current, static_cast<std::int64_t>(6 * MiB));
+  platform_->fill(again, 4 * MiB, 3);
+  EXPECT_TRUE(platform_->check(first_small, 128 * KiB, 1));
+  EXPECT_TRUE(platform_->check(second_small, 32 * KiB, 2));
+  EXPECT_TRUE(platform_->check(again, 4 * MiB, 3));
+  EXPECT_INVARIANTS(*a);
+  for (auto [p, n] :
+       {std::pair{first_small, 128 * KiB}, {second_small, 32 * KiB}, {again, 4 * MiB}})
+    a->deallocate(p, n);
+  settle_all(*a);
+  EXPECT_INVARIANTS(*a);
+}
+
 // Where new memory would be made for a block of a granule or two, the free
 // tail of one chunk and the free head of another, both holding other blocks,
 // take it instead: a new range maps the two, the block runs across them, no
