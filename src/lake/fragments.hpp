@@ -4,9 +4,9 @@
 // alone in its chunk is never indexed: the chunk would be free instead.
 //
 // The pieces of chunks that hold a live small block are also indexed on
-// their own: a small block placed there adds no chunk to those small blocks
-// pin, where one placed in the tail of a large block's chunk keeps that
-// chunk out of every stitch once the large block is freed.
+// their own: a small block placed there pins no chunk that small blocks did
+// not pin already, where one placed in the tail of a large block's chunk
+// keeps that chunk out of every stitch once the large block is freed.
 #pragma once
 
 #include <cstddef>
