@@ -286,6 +286,18 @@ TEST(ReplayTool, AllocatorTimesAreInTheJsonAndTheTable) {
   EXPECT_THAT(table.out, AllOf(HasSubstr("allocator time"), HasSubstr("in allocate and deallocate"),
                                HasSubstr("of it in VMM calls"), HasSubstr("warm allocate")));
   EXPECT_THAT(table.out, Not(HasSubstr("beyond needed")));
+  // The worker runs inline by default: its VMM calls are inside the
+  // allocator's time too, beside the critical path's, and the table says so.
+  EXPECT_THAT(r.out, HasSubstr("\"worker_inline\":true"));
+  const auto worker = json_number(r.out, "worker_vmm_ns");
+  ASSERT_TRUE(worker && json_number(r.out, "worker_vmm_ns_after_warmup")) << r.out;
+  EXPECT_LE(*worker + *vmm, *total);
+  EXPECT_THAT(table.out, HasSubstr("in the inline worker's VMM calls"));
+  const ToolRun threaded = run_tool({"--json", "--conf", "worker:thread", trace.path()});
+  ASSERT_EQ(threaded.status, kExitOk) << threaded.err;
+  EXPECT_THAT(threaded.out, HasSubstr("\"worker_inline\":false"));
+  EXPECT_THAT(run_tool({"--no-progress", "--conf", "worker:thread", trace.path()}).out,
+              Not(HasSubstr("inline worker")));
 }
 
 // The trace's gaps add up to 40 ms: paced at 1 the replay spins through

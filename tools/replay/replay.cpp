@@ -288,6 +288,7 @@ class MemlakeReplay {
     r_.capacity = alloc_->capacity();
     r_.granularity = alloc_->granularity();
     r_.warmup_events = warm_;
+    r_.worker_inline = config.worker == WorkerMode::inline_jobs;
     ptr_.assign(n_, nullptr);
     live_.reserve(4096);
     if (setup_.observer) alloc_->add_observer(setup_.observer);

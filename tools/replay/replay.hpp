@@ -142,6 +142,10 @@ struct MemlakeResult {
   // ended). 0 without timing.
   std::uint64_t allocator_ns_total = 0;
   std::optional<std::uint64_t> allocator_ns_total_after_warmup;
+  // The mapping worker ran its jobs inline (memlake-replay's default): its
+  // VMM calls (stats worker_vmm_ns) are then part of the allocator's time
+  // above, where with the worker on its own thread they are not.
+  bool worker_inline = false;
   std::vector<SlowAlloc> slowest;  // slowest first
   double seconds = 0;
   std::vector<std::uint64_t> reserved_series;  // max reserved per Sampler bucket

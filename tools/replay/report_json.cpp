@@ -171,6 +171,10 @@ void add_memlake_vmm(Json& j, const MemlakeResult& m) {
   j.key("critical_path_vmm_ns").i(s.critical_path_vmm_ns.current);
   j.key("critical_path_vmm_ns_after_warmup");
   value_or_null(j, after_warmup(m, &Stats::critical_path_vmm_ns));
+  j.key("worker_inline").b(m.worker_inline);
+  j.key("worker_vmm_ns").i(s.worker_vmm_ns.current);
+  j.key("worker_vmm_ns_after_warmup");
+  value_or_null(j, after_warmup(m, &Stats::worker_vmm_ns));
   j.key("warmup_events").u(m.warmup_events);
   j.key("critical_path_vmm_calls_by_tenth")
       .raw(json_array(m.critical_path_by_tenth, [](std::int64_t c) { return std::to_string(c); }));

@@ -95,15 +95,22 @@ std::string ms_or_na(const std::optional<T>& ns) {
   return ns ? ms(static_cast<std::uint64_t>(*ns)) : std::string("n/a");
 }
 
-// Host time inside the allocator on the replaying thread, and the part of
-// it in VMM calls.
+// Host time inside the allocator on the replaying thread, the part of it in
+// VMM calls, and, with the worker inline, the part in the worker's calls.
 void print_allocator_time(std::FILE* out, const MemlakeResult& m) {
+  std::string worker;
+  if (m.worker_inline) {
+    worker = "; " + ms(static_cast<std::uint64_t>(m.stats.worker_vmm_ns.current)) + " (" +
+             ms_or_na(after_warmup(m, &Stats::worker_vmm_ns)) +
+             " after warm-up) of it in the inline worker's VMM calls (on the worker's own "
+             "thread with worker:thread)";
+  }
   line(out, "allocator time",
        ms(m.allocator_ns_total) + " in allocate and deallocate (" +
            ms_or_na(m.allocator_ns_total_after_warmup) + " after warm-up), " +
            ms(static_cast<std::uint64_t>(m.stats.critical_path_vmm_ns.current)) +
            " of it in VMM calls (" + ms_or_na(after_warmup(m, &Stats::critical_path_vmm_ns)) +
-           " after warm-up)");
+           " after warm-up)" + worker);
 }
 
 // VMM calls in all, after warm-up, in each tenth and each step.
