@@ -76,8 +76,12 @@ grep -vE "^\+" "$OUT/samples.log" | tail -n 40 | tee -a "$SUMMARY"
 
 note "== Python package under PyTorch"
 export MEMLAKE_LIBRARY=$BIN/libmemlake.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+# The graph tests compile with Inductor in four setups: from a cold cache
+# they took more than 150 s on an H200.
 for t in torch_gpu torch_graphs profiling package; do
-  step "python-$t" 150 "$OUT/python.log" python3 "python/tests/test_$t.py" -v
+  limit=150
+  [[ $t == torch_graphs ]] && limit=300
+  step "python-$t" "$limit" "$OUT/python.log" python3 "python/tests/test_$t.py" -v
 done
 grep -E "^(test_|Ran|OK|FAILED)|Error:|refused|worked|skipped" "$OUT/python.log" | head -n 80 |
   tee -a "$SUMMARY"
