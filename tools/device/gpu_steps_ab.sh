@@ -5,7 +5,11 @@
 # rounds' own spread on a shared GPU. Uses prebuilt libraries only (nothing
 # is built here, so the whole budget goes to the runs):
 #   MEMLAKE_STEPS_LIBRARY_NEW   libmemlake.so of the change
-#   MEMLAKE_STEPS_LIBRARY_BASE  libmemlake.so to compare it with (optional)
+#   MEMLAKE_STEPS_LIBRARY_BASE  libmemlake.so to compare it with (optional;
+#                               default: the new one, when a base conf is set)
+#   MEMLAKE_STEPS_CONF_NEW, MEMLAKE_STEPS_CONF_BASE
+#                               memlake options for each side
+#                               (memlake.torch.enable syntax, e.g. worker:off)
 #   MEMLAKE_STEPS_CASES         "model:seq_len ..." (seq_len 0: a new length
 #                               every step; default "gpt2-recompute:0")
 #   MEMLAKE_STEPS_ROUNDS        interleaved rounds (default 2)
@@ -22,11 +26,14 @@ SUMMARY_NAME=steps-ab-summary.txt
 . tools/device/lib.sh
 
 NEW=${MEMLAKE_STEPS_LIBRARY_NEW:?MEMLAKE_STEPS_LIBRARY_NEW names the libmemlake.so to test}
+CONF_NEW=${MEMLAKE_STEPS_CONF_NEW:-}
+CONF_BASE=${MEMLAKE_STEPS_CONF_BASE:-}
 BASE=${MEMLAKE_STEPS_LIBRARY_BASE:-}
+[[ -z $BASE && -n $CONF_BASE ]] && BASE=$NEW
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 JSONL=$OUT/steps_ab.jsonl
 machine
-note "new: $NEW  base: ${BASE:-none}"
+note "new: $NEW '$CONF_NEW'  base: ${BASE:-none} '$CONF_BASE'"
 sides=(native expandable memlake_new)
 [[ -n $BASE ]] && sides+=(memlake_base)
 for round in $(seq 1 "${MEMLAKE_STEPS_ROUNDS:-2}"); do
@@ -36,14 +43,16 @@ for round in $(seq 1 "${MEMLAKE_STEPS_ROUNDS:-2}"); do
     for side in "${sides[@]}"; do
       allocator=$side
       library=$NEW
+      conf=
       case $side in
-        memlake_new) allocator=memlake ;;
-        memlake_base) allocator=memlake library=$BASE ;;
+        memlake_new) allocator=memlake conf=$CONF_NEW ;;
+        memlake_base) allocator=memlake library=$BASE conf=$CONF_BASE ;;
       esac
       log=$OUT/steps-$model-$seq_len-$side-$round.log
       MEMLAKE_LIBRARY=$library step "$model:$seq_len $side $round" 120 "$log" \
         python3 samples/pytorch_training/train.py --allocator "$allocator" --label "$side" \
-        --model "$model" --seq-len "$seq_len" --steps "${MEMLAKE_STEPS_STEPS:-10}"
+        --model "$model" --seq-len "$seq_len" --steps "${MEMLAKE_STEPS_STEPS:-10}" \
+        --memlake-conf "$conf"
       grep '^{' "$log" | tail -n 1 |
         sed "s/^{/{\"round\": $round, \"case\": \"$workload\", /" >>"$JSONL"
     done
