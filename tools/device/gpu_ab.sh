@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# gpu_ab.sh: memlake under two option sets, A and B, on the same fixed-shape
-# training runs and pipeline sample, alternating, so that a change's effect
-# on the GPU is seen beside run-to-run noise. MEMLAKE_AB_A and MEMLAKE_AB_B
-# hold the options (memlake.torch.enable / MEMLAKE_CONF syntax; empty: the
-# defaults); MEMLAKE_TORCH_MODELS the models, MEMLAKE_AB_REPEAT the rounds.
-# Two builds instead: MEMLAKE_AB_LIBRARY_A and MEMLAKE_AB_LIBRARY_B name a
-# libmemlake.so each (built elsewhere, e.g. before and after a change) for
-# the training runs; the pipeline sample then runs this tree's build.
+# gpu_ab.sh: training steps under PyTorch's caching allocator (native), its
+# expandable segments and memlake under two sides, A and B, interleaved round
+# by round (native, expandable, A, B, native, ...), so that a change is seen
+# beside the stock allocators and beside the rounds' own spread on a shared
+# GPU. Each side has its own options and may have its own build:
+#   MEMLAKE_AB_A, MEMLAKE_AB_B   memlake options (memlake.torch.enable /
+#                                MEMLAKE_CONF syntax, e.g. worker:off;
+#                                empty: the defaults)
+#   MEMLAKE_AB_LIBRARY_A, MEMLAKE_AB_LIBRARY_B
+#                                a prebuilt libmemlake.so per side (e.g.
+#                                before and after a change); a side without
+#                                one uses MEMLAKE_LIBRARY, and only when
+#                                neither names one is this tree built
+#   MEMLAKE_AB_CASES             "model:seq_len ..." (seq_len 0: a new length
+#                                every step; default "llama-lora:512")
+#   MEMLAKE_AB_ROUNDS            interleaved rounds (default 2)
+#   MEMLAKE_AB_STEPS             steps per run (default 10)
+#   MEMLAKE_AB_STOCK=0           leaves out native and expandable
+#   MEMLAKE_AB_PIPELINE=1        also runs samples/pipeline_parallel on the
+#                                CUDA backend, A and B, each round (builds it)
+# Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
+# side and case, each round, peak reserved, memlake's time inside allocate
+# and critical-path VMM calls per step from the 4th) to $OUT/ab-summary.txt.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -16,32 +31,47 @@ SUMMARY_NAME=ab-summary.txt
 . tools/device/lib.sh
 
 machine
-build "$BUILD" "$OUT/ab-build.log" pipeline_parallel memlake_shared
-export MEMLAKE_LIBRARY=$PWD/$BUILD/libmemlake.so
+targets=()
+[[ -z ${MEMLAKE_LIBRARY:-} && (-z ${MEMLAKE_AB_LIBRARY_A:-} || -z ${MEMLAKE_AB_LIBRARY_B:-}) ]] &&
+  targets+=(memlake_shared)
+[[ ${MEMLAKE_AB_PIPELINE:-0} == 1 ]] && targets+=(pipeline_parallel)
+if ((${#targets[@]})); then
+  build "$BUILD" "$OUT/ab-build.log" "${targets[@]}"
+  export MEMLAKE_LIBRARY=${MEMLAKE_LIBRARY:-$PWD/$BUILD/libmemlake.so}
+fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 A=${MEMLAKE_AB_A:-}
 B=${MEMLAKE_AB_B:-}
-note "A: '${A}' ${MEMLAKE_AB_LIBRARY_A:-}  B: '${B}' ${MEMLAKE_AB_LIBRARY_B:-}"
-conf_of() { if [[ $1 == A ]]; then echo "$A"; else echo "$B"; fi; }
-library_of() {
-  local named
-  if [[ $1 == A ]]; then named=${MEMLAKE_AB_LIBRARY_A:-}; else named=${MEMLAKE_AB_LIBRARY_B:-}; fi
-  echo "${named:-$MEMLAKE_LIBRARY}"
-}
-for round in $(seq 1 "${MEMLAKE_AB_REPEAT:-2}"); do
-  for model in ${MEMLAKE_TORCH_MODELS:-llama-lora}; do
-    for side in A B; do
-      conf=$(conf_of "$side")
-      json=$OUT/$model-$side-$round.json
-      library=$(library_of "$side")
-      MEMLAKE_LIBRARY=$library step "$model-$side-$round" 120 "$json" \
-        python3 samples/pytorch_training/train.py \
-        --allocator memlake --model "$model" --steps "${MEMLAKE_TORCH_STEPS:-20}" \
-        --seq-len "${MEMLAKE_SEQ_LEN:-512}" --memlake-conf "$conf" &&
-        python3 tools/device/train_steps.py "$json" | tee -a "$SUMMARY"
+LIBRARY_A=${MEMLAKE_AB_LIBRARY_A:-${MEMLAKE_LIBRARY:-}}
+LIBRARY_B=${MEMLAKE_AB_LIBRARY_B:-${MEMLAKE_LIBRARY:-}}
+note "A: '$A' $LIBRARY_A  B: '$B' $LIBRARY_B"
+JSONL=$OUT/ab.jsonl
+sides=(memlake_A memlake_B)
+[[ ${MEMLAKE_AB_STOCK:-1} == 1 ]] && sides=(native expandable "${sides[@]}")
+
+for round in $(seq 1 "${MEMLAKE_AB_ROUNDS:-2}"); do
+  for workload in ${MEMLAKE_AB_CASES:-llama-lora:512}; do
+    model=${workload%%:*}
+    seq_len=${workload##*:}
+    for side in "${sides[@]}"; do
+      allocator=$side library=$LIBRARY_A conf=
+      case $side in
+        memlake_A) allocator=memlake conf=$A ;;
+        memlake_B) allocator=memlake library=$LIBRARY_B conf=$B ;;
+      esac
+      log=$OUT/steps-$model-$seq_len-$side-$round.log
+      MEMLAKE_LIBRARY=$library step "$workload $side $round" 120 "$log" \
+        python3 samples/pytorch_training/train.py --allocator "$allocator" --label "$side" \
+        --model "$model" --seq-len "$seq_len" --steps "${MEMLAKE_AB_STEPS:-10}" \
+        --memlake-conf "$conf"
+      grep '^{' "$log" | tail -n 1 |
+        sed "s/^{/{\"round\": $round, \"case\": \"$workload\", /" >>"$JSONL"
     done
   done
+  [[ ${MEMLAKE_AB_PIPELINE:-0} == 1 ]] || continue
   for side in A B; do
-    conf=$(conf_of "$side")
+    conf=$A
+    [[ $side == B ]] && conf=$B
     for scale in 1 16; do
       MEMLAKE_CONF=$conf step "pipeline-$scale-$side-$round" 60 "$OUT/pipeline-$side.log" \
         "$BUILD/samples/pipeline_parallel" --backend cuda --scale "$scale" --seed "$round"
@@ -50,4 +80,24 @@ for round in $(seq 1 "${MEMLAKE_AB_REPEAT:-2}"); do
     grep -E "utilization|schedule time" "$OUT/pipeline-$side.log" | tail -6 | tee -a "$SUMMARY"
   done
 done
+
+[[ -s $JSONL ]] && python3 - "$JSONL" <<'PY' | tee -a "$SUMMARY"
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for case in sorted({r["case"] for r in rows}):
+    print("==", case)
+    for side in ("native", "expandable", "memlake_A", "memlake_B"):
+        rs = [r for r in rows if r["case"] == case and r["allocator"] == side]
+        if not rs:
+            continue
+        ms = [r["median_step_seconds"] * 1e3 for r in rs]
+        line = "%-11s median step %.1f ms (%s), peak %.2f GiB" % (
+            side, st.median(ms), " ".join("%.1f" % x for x in ms),
+            max(r["peak_reserved_bytes"] for r in rs) / 2**30)
+        if side.startswith("memlake") and "allocate_ms_by_step" in rs[0]:
+            line += "; inside allocate %.1f ms, critical-path VMM calls %.0f per step" % (
+                st.median(st.median(r["allocate_ms_by_step"][3:]) for r in rs),
+                st.median(st.median(r["critical_vmm_by_step"][3:]) for r in rs))
+        print(line)
+PY
 note "== done in $(($(date +%s) - START))s"
