@@ -39,14 +39,14 @@ class FragmentIndex {
   // or ends its chunk holds until it leaves.
   void insert(Piece* p) {
     set_.insert(p);
-    if (holds_small(p->chunk)) small_set_.insert(p);
+    if (small_blocks_in(p->chunk) != 0) small_set_.insert(p);
     bytes_ += p->size;
     if (!p->prev) head_bytes_ += p->size;
     if (!p->next) tail_bytes_ += p->size;
   }
   void erase(Piece* p) {
     set_.erase(p);
-    if (holds_small(p->chunk)) small_set_.erase(p);
+    if (small_blocks_in(p->chunk) != 0) small_set_.erase(p);
     bytes_ -= p->size;
     if (!p->prev) head_bytes_ -= p->size;
     if (!p->next) tail_bytes_ -= p->size;
@@ -85,16 +85,15 @@ class FragmentIndex {
   std::size_t bytes() const { return bytes_; }
   std::size_t head_bytes() const { return head_bytes_; }
   std::size_t tail_bytes() const { return tail_bytes_; }
-  // For the invariant check.
+  // Live pieces of small blocks in chunk `c`.
   std::uint32_t small_blocks_in(ChunkId c) const {
     return c < small_blocks_.size() ? small_blocks_[c] : 0;
   }
+  // For the invariant check.
   bool beside_small_contains(Piece* p) const { return small_set_.count(p) != 0; }
   std::size_t beside_small_count() const { return small_set_.size(); }
 
  private:
-  bool holds_small(ChunkId c) const { return c < small_blocks_.size() && small_blocks_[c] != 0; }
-
   Set set_;
   Set small_set_;                            // the fragments of chunks holding small blocks
   std::vector<std::uint32_t> small_blocks_;  // by chunk: live pieces of small blocks

@@ -102,16 +102,14 @@ SegmentId Lake::free_piece(Piece* p) {
 FenceId Lake::record(DevicePtr ptr, const Allocation& a) {
   FenceId fence;
   const std::vector<ChunkId>& ids = table_[a.segment].chunks;
-  for (std::uint32_t i = 0; i < a.chunk_count; ++i)
-    fence = std::max(fence, use_[ids[a.first_chunk + i]].fence);
+  const bool small = a.size <= options_.small_max;
+  for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+    const ChunkId c = ids[a.first_chunk + i];
+    fence = std::max(fence, use_[c].fence);
+    if (small) fragments_.small_block_added(c, use_[c].pieces);
+  }
   allocations_.emplace(ptr, a);
   allocated_bytes_ += a.size;
-  if (a.size <= options_.small_max) {
-    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
-      const ChunkId c = ids[a.first_chunk + i];
-      fragments_.small_block_added(c, use_[c].pieces);
-    }
-  }
   count_size(a.size, +1);
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, true);
   return fence;
