@@ -2,7 +2,6 @@
 #include "worker/mapping_worker.hpp"
 
 #include <cassert>
-
 #include <cstdint>
 
 #include "backend/adaptors/counting_backend.hpp"
