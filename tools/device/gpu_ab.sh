@@ -20,8 +20,9 @@
 #   MEMLAKE_AB_PIPELINE=1        also runs samples/pipeline_parallel on the
 #                                CUDA backend, A and B, each round (builds it)
 # Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
-# side and case, each round, peak reserved, memlake's time inside allocate
-# and critical-path VMM calls per step from the 4th) to $OUT/ab-summary.txt.
+# side and case, each round, peak reserved; for memlake, medians per step
+# from the 4th of the time inside allocate and what it waited for: the
+# driver, the lock, events) to $OUT/ab-summary.txt.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -95,9 +96,12 @@ for case in sorted({r["case"] for r in rows}):
             side, st.median(ms), " ".join("%.1f" % x for x in ms),
             max(r["peak_reserved_bytes"] for r in rs) / 2**30)
         if side.startswith("memlake") and "allocate_ms_by_step" in rs[0]:
-            line += "; inside allocate %.1f ms, critical-path VMM calls %.0f per step" % (
-                st.median(st.median(r["allocate_ms_by_step"][3:]) for r in rs),
-                st.median(st.median(r["critical_vmm_by_step"][3:]) for r in rs))
+            per_step = lambda key: st.median(st.median(r[key][3:]) for r in rs)
+            line += ("; per step: inside allocate %.1f ms (critical-path VMM %.1f ms in %.0f"
+                     " calls, lock waits %.1f ms, events %.1f ms), worker VMM %.1f ms") % (
+                per_step("allocate_ms_by_step"), per_step("critical_path_vmm_ms_by_step"),
+                per_step("critical_vmm_by_step"), per_step("lock_wait_ms_by_step"),
+                per_step("critical_path_event_ms_by_step"), per_step("worker_vmm_ms_by_step"))
         print(line)
 PY
 note "== done in $(($(date +%s) - START))s"
