@@ -293,11 +293,47 @@ TEST(ReplayTool, AllocatorTimesAreInTheJsonAndTheTable) {
   ASSERT_TRUE(worker && json_number(r.out, "worker_vmm_ns_after_warmup")) << r.out;
   EXPECT_LE(*worker + *vmm, *total);
   EXPECT_THAT(table.out, HasSubstr("in the inline worker's VMM calls"));
+  // Allocations after warm-up less the inline worker's jobs: never slower
+  // than the calls they came from; with the worker on its thread, none.
+  const auto p99_less = json_number(r.out, "alloc_ns_p99_after_warmup_less_worker");
+  const auto max_less = json_number(r.out, "alloc_ns_max_after_warmup_less_worker");
+  ASSERT_TRUE(p99_less && max_less) << r.out;
+  EXPECT_LE(*p99_less, *json_number(r.out, "alloc_ns_p99_after_warmup"));
+  EXPECT_LE(*max_less, *max_after);
+  EXPECT_THAT(table.out, HasSubstr("less the inline worker's jobs"));
   const ToolRun threaded = run_tool({"--json", "--conf", "worker:thread", trace.path()});
   ASSERT_EQ(threaded.status, kExitOk) << threaded.err;
   EXPECT_THAT(threaded.out, HasSubstr("\"worker_inline\":false"));
+  EXPECT_THAT(threaded.out, HasSubstr("\"alloc_ns_p99_after_warmup_less_worker\":null"));
   EXPECT_THAT(run_tool({"--no-progress", "--conf", "worker:thread", trace.path()}).out,
               Not(HasSubstr("inline worker")));
+}
+
+// Every other one of 24 blocks of 2 MiB is freed, so an 8 MiB request must
+// stitch, and the worker, inline, then consolidates the scattered free
+// chunks inside that same call: the call less the job is faster than the
+// call (after warm-up only these last two allocations count).
+TEST(ReplayTool, AllocationsLessTheInlineWorkersJobsLeaveTheJobOut) {
+  std::string csv = "# memlake-trace v1 workload=scattered\nts_us,op,id,bytes,stream\n";
+  int ts = 0;
+  auto event = [&](const char* op, int id, std::size_t bytes) {
+    csv += std::to_string(++ts) + "," + op + "," + std::to_string(id) + "," +
+           std::to_string(bytes) + ",0\n";
+  };
+  for (int id = 1; id <= 24; ++id) event("alloc", id, 2 * MiB);
+  for (int id = 1; id <= 24; id += 2) event("free", id, 2 * MiB);
+  event("alloc", 100, 8 * MiB);
+  event("alloc", 101, 8 * MiB);
+  TraceFile trace("replay_tool_scattered.csv", csv);
+  const ToolRun r = run_tool({"--json", "--warmup=0.95", trace.path()});
+  ASSERT_EQ(r.status, kExitOk) << r.err;
+  ASSERT_GT(json_number(r.out, "worker_vmm_ns_after_warmup").value_or(0), 0)
+      << "the inline worker made no VMM call after warm-up: " << r.out;
+  const auto max = json_number(r.out, "alloc_ns_max_after_warmup");
+  const auto max_less = json_number(r.out, "alloc_ns_max_after_warmup_less_worker");
+  ASSERT_TRUE(max && max_less) << r.out;
+  EXPECT_LT(*max_less, *max);
+  EXPECT_GT(*max_less, 0);
 }
 
 // The trace's gaps add up to 40 ms: paced at 1 the replay spins through

@@ -69,11 +69,18 @@ class ProgressBar {
 };
 
 // Remembers the path of the last allocation, so each timed call can be
-// attributed to the rung of the ladder that served it.
+// attributed to the rung of the ladder that served it, and, with the worker
+// inline, adds up the time of its jobs (they run inside the calls, on the
+// replaying thread; on its own thread the worker's reports would race).
 class PathRecorder final : public Observer {
  public:
   void on_alloc(const AllocEvent& e) override { last = e.rung; }
+  void on_worker_job(const WorkerJobEvent& e) override {
+    if (inline_jobs) worker_ns += static_cast<std::uint64_t>(e.end_ns - e.start_ns);
+  }
   Rung last = Rung::fragment;
+  bool inline_jobs = false;
+  std::uint64_t worker_ns = 0;
 };
 
 // The stats an allocation changed, other than the ones every allocation does.
@@ -289,6 +296,7 @@ class MemlakeReplay {
     r_.granularity = alloc_->granularity();
     r_.warmup_events = warm_;
     r_.worker_inline = config.worker == WorkerMode::inline_jobs;
+    recorder_.inline_jobs = r_.worker_inline;
     ptr_.assign(n_, nullptr);
     live_.reserve(4096);
     if (setup_.observer) alloc_->add_observer(setup_.observer);
@@ -297,6 +305,7 @@ class MemlakeReplay {
       alloc_path_.reserve(n_ / 2 + 1);
       alloc_ns_.reserve(n_ / 2 + 1);
       free_ns_.reserve(n_ / 2 + 1);
+      if (r_.worker_inline) alloc_less_worker_ns_.reserve(n_ / 2 + 1);
     }
   }
 
@@ -368,6 +377,7 @@ class MemlakeReplay {
     const bool explain = setup_.slowest != 0 && setup_.timing && i >= warm_;
     if (explain) before_ = alloc_->stats();
     void* p = nullptr;
+    const std::uint64_t worker_before = recorder_.worker_ns;
     const Clock::time_point t0 = Clock::now();
     try {
       p = alloc_.allocate(i);
@@ -382,6 +392,12 @@ class MemlakeReplay {
     if (setup_.timing) {
       alloc_ns_.push_back(ns_between(t0, t1));
       alloc_path_.push_back(static_cast<std::uint8_t>(recorder_.last));
+      if (r_.worker_inline) {
+        const std::uint32_t call = alloc_ns_.back();
+        const std::uint64_t worker = recorder_.worker_ns - worker_before;
+        alloc_less_worker_ns_.push_back(
+            call - static_cast<std::uint32_t>(std::min<std::uint64_t>(worker, call)));
+      }
       if (explain && slowest_.wants(alloc_ns_.back()))
         slowest_.add(
             {i, alloc_ns_.back(), recorder_.last, stats_changed(before_, alloc_->stats())});
@@ -473,6 +489,10 @@ class MemlakeReplay {
     for (int p = 0; p < kRungCount; ++p)
       r_.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
     r_.alloc_ns_after_warmup = since(allocs_at_warmup_);
+    if (r_.worker_inline && r_.warmup)
+      r_.alloc_ns_after_warmup_less_worker = percentiles(std::vector<std::uint32_t>(
+          alloc_less_worker_ns_.begin() + static_cast<std::ptrdiff_t>(allocs_at_warmup_),
+          alloc_less_worker_ns_.end()));
     std::vector<std::uint32_t> all = alloc_ns_;
     all.insert(all.end(), free_ns_.begin(), free_ns_.end());
     r_.alloc_ns = percentiles(std::move(alloc_ns_));
@@ -492,6 +512,7 @@ class MemlakeReplay {
   std::vector<void*> ptr_;                       // per alloc event, while live
   std::unordered_map<void*, std::size_t> live_;  // address -> alloc event
   std::vector<std::uint32_t> alloc_ns_, free_ns_;
+  std::vector<std::uint32_t> alloc_less_worker_ns_;  // with the worker inline: less its jobs
   std::vector<std::uint8_t> alloc_path_;
   Sampler sampler_;
   SlowestAllocs slowest_;

@@ -135,6 +135,10 @@ struct MemlakeResult {
   // Allocations after warm-up, all and by the path that served them: which
   // rung of the ladder the slow tail comes from.
   Percentiles alloc_ns_after_warmup;
+  // With the worker inline (and warm-up ended): the same less the time of
+  // the worker's jobs that ran inside each call, which a worker on its own
+  // thread runs beside the allocating thread instead.
+  std::optional<Percentiles> alloc_ns_after_warmup_less_worker;
   std::array<Percentiles, kRungCount> alloc_ns_after_warmup_by_path{};
   Percentiles alloc_ns, free_ns, all_ns;
   // Host ns inside allocate and deallocate on the replaying thread: the sum

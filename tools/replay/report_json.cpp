@@ -150,6 +150,16 @@ void add_memlake_timing(Json& j, const Trace& t, const MemlakeResult& m) {
   j.key("alloc_ns_after_warmup").raw(percentiles_json(m.alloc_ns_after_warmup));
   j.key("alloc_ns_p99_after_warmup").u(m.alloc_ns_after_warmup.p99);
   j.key("alloc_ns_max_after_warmup").u(m.alloc_ns_after_warmup.max);
+  const std::optional<Percentiles>& less = m.alloc_ns_after_warmup_less_worker;
+  j.key("alloc_ns_after_warmup_less_worker");
+  if (less)
+    j.raw(percentiles_json(*less));
+  else
+    j.null();
+  j.key("alloc_ns_p99_after_warmup_less_worker");
+  value_or_null(j, less ? std::optional(less->p99) : std::nullopt);
+  j.key("alloc_ns_max_after_warmup_less_worker");
+  value_or_null(j, less ? std::optional(less->max) : std::nullopt);
   j.key("allocator_ns_total").u(m.allocator_ns_total);
   j.key("allocator_ns_total_after_warmup");
   value_or_null(j, m.allocator_ns_total_after_warmup);

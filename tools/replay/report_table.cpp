@@ -153,10 +153,14 @@ void print_after_warmup(std::FILE* out, const Trace& t, const MemlakeResult& m) 
       by_path += std::string(by_path.empty() ? "" : ", ") + rung_name(static_cast<Rung>(p)) + " " +
                  count(q.count) + " x " + count(q.median) + "/" + count(q.p99);
     }
+    std::string less_worker;
+    if (const auto& q = m.alloc_ns_after_warmup_less_worker)
+      less_worker = "; less the inline worker's jobs (on its own thread with worker:thread) " +
+                    count(q->median) + "/" + count(q->p99) + "/" + count(q->max);
     line(out, "after warm-up",
          "allocate median/p99/max ns " + count(m.alloc_ns_after_warmup.median) + "/" +
              count(m.alloc_ns_after_warmup.p99) + "/" + count(m.alloc_ns_after_warmup.max) +
-             "; by rung " + by_path);
+             less_worker + "; by rung " + by_path);
   }
   for (const SlowAlloc& a : m.slowest) {
     const Event& e = t.events[a.event];
