@@ -457,10 +457,12 @@ class MemlakeReplay {
     allocs_at_step_ = alloc_ns_.size();
   }
 
-  // Percentiles of the allocations timed since the first `from`.
-  Percentiles since(std::size_t from) const {
-    return percentiles(std::vector<std::uint32_t>(
-        alloc_ns_.begin() + static_cast<std::ptrdiff_t>(from), alloc_ns_.end()));
+  // Percentiles of the allocations timed since the first `from` (of `ns`,
+  // one entry per timed allocation: alloc_ns_ unless named).
+  Percentiles since(std::size_t from) const { return since(alloc_ns_, from); }
+  static Percentiles since(const std::vector<std::uint32_t>& ns, std::size_t from) {
+    return percentiles(
+        std::vector<std::uint32_t>(ns.begin() + static_cast<std::ptrdiff_t>(from), ns.end()));
   }
 
   // What the trace left live goes back, so that teardown is clean.
@@ -490,9 +492,7 @@ class MemlakeReplay {
       r_.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
     r_.alloc_ns_after_warmup = since(allocs_at_warmup_);
     if (r_.worker_inline && r_.warmup)
-      r_.alloc_ns_after_warmup_less_worker = percentiles(std::vector<std::uint32_t>(
-          alloc_less_worker_ns_.begin() + static_cast<std::ptrdiff_t>(allocs_at_warmup_),
-          alloc_less_worker_ns_.end()));
+      r_.alloc_ns_after_warmup_less_worker = since(alloc_less_worker_ns_, allocs_at_warmup_);
     std::vector<std::uint32_t> all = alloc_ns_;
     all.insert(all.end(), free_ns_.begin(), free_ns_.end());
     r_.alloc_ns = percentiles(std::move(alloc_ns_));
