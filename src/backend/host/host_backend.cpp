@@ -20,6 +20,7 @@
 
 #include "backend/backend_detail.hpp"
 #include "backend/host/host_stream.hpp"
+#include "backend/host/simulated_latency.hpp"
 #include "backend/process_limits.hpp"
 #include "memlake/errors.hpp"
 
@@ -123,37 +124,12 @@ BackendUsage HostBackend::usage() const {
   return BackendUsage{mapping_units_, va_bytes_, descriptors_};
 }
 
-void HostBackend::simulate(VmmOp op, std::size_t chunks) const {
+void HostBackend::simulate(VmmOp op, std::size_t handle_bytes) const {
+  if (options_.simulate_latency) simulate(detail::simulated_cost(op, handle_bytes));
+}
+
+void HostBackend::simulate(std::chrono::nanoseconds cost) const {
   if (!options_.simulate_latency) return;
-  using std::chrono::nanoseconds;
-  nanoseconds cost{0};
-  switch (op) {
-    case VmmOp::reserve:
-      cost = nanoseconds(500);
-      break;
-    case VmmOp::unreserve:
-      cost = nanoseconds(500);
-      break;
-    case VmmOp::create:
-      cost = nanoseconds(10'000);
-      break;
-    case VmmOp::release:
-      cost = nanoseconds(12'000);
-      break;
-    case VmmOp::map:
-      cost = nanoseconds(700);
-      break;
-    case VmmOp::set_access:
-      cost = nanoseconds(23'000) * static_cast<long>(chunks);
-      break;
-    case VmmOp::unmap:
-      cost = nanoseconds(16'000) * static_cast<long>(chunks);
-      break;
-    case VmmOp::export_chunk:
-    case VmmOp::import_chunk:
-    case VmmOp::count:
-      break;
-  }
   // The driver runs one VMM call at a time for the whole process: on the
   // H200 the training thread's calls cost up to 3x more while the mapping
   // worker maps (docs/benchmarks.md, "Where the step time goes"), so the
@@ -161,6 +137,16 @@ void HostBackend::simulate(VmmOp op, std::size_t chunks) const {
   static std::mutex driver;
   std::lock_guard turn(driver);
   detail::spin_for(cost);
+}
+
+// What `op` costs over the `n` mappings that tile a range from `va`: a cost
+// per handle, by its size.
+std::chrono::nanoseconds HostBackend::tiled_cost(VmmOp op, DevicePtr va, std::size_t n) const {
+  std::chrono::nanoseconds cost{0};
+  if (!options_.simulate_latency) return cost;
+  auto it = mappings_.find(va);
+  for (std::size_t i = 0; i < n; ++i, ++it) cost += detail::simulated_cost(op, it->second.size);
+  return cost;
 }
 
 // --- limits --------------------------------------------------------------------
@@ -417,7 +403,7 @@ Status HostBackend::reserve(std::size_t size, DevicePtr* va) {
       throw;
     }
     *va = aligned;
-    simulate(VmmOp::reserve);
+    simulate(VmmOp::reserve, size);
     return Status::ok;
   });
 }
@@ -445,7 +431,7 @@ Status HostBackend::unreserve(DevicePtr va, std::size_t size) {
       give_back_va(size);
       give_back_mappings(1);
     }
-    simulate(VmmOp::unreserve);
+    simulate(VmmOp::unreserve, size);
     return Status::ok;
   });
 }
@@ -515,7 +501,7 @@ Status HostBackend::create_chunk(std::size_t size, ChunkHandle* chunk) {
       physical_bytes_ += size;
       *chunk = handle;
     }
-    simulate(VmmOp::create);
+    simulate(VmmOp::create, size);
     return Status::ok;
   });
 }
@@ -595,6 +581,7 @@ Status HostBackend::import_chunk(int fd, std::size_t size, ChunkHandle* chunk) {
 
 Status HostBackend::release_chunk(ChunkHandle chunk) {
   return guarded("release_chunk", [&] {
+    std::size_t bytes = 0;
     {
       std::lock_guard lock(vm_mutex_);
       auto it = chunks_.find(chunk);
@@ -617,9 +604,10 @@ Status HostBackend::release_chunk(ChunkHandle chunk) {
         free_storage(c);
       }
       physical_bytes_ -= c.size;
+      bytes = c.size;
       chunks_.erase(it);
     }
-    simulate(VmmOp::release);
+    simulate(VmmOp::release, bytes);
     return Status::ok;
   });
 }
@@ -686,7 +674,7 @@ Status HostBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
       }
       ++c->second.mappings;
     }
-    simulate(VmmOp::map);
+    simulate(VmmOp::map, size);
     return Status::ok;
   });
 }
@@ -694,6 +682,7 @@ Status HostBackend::map(DevicePtr va, std::size_t size, ChunkHandle chunk) {
 Status HostBackend::unmap(DevicePtr va, std::size_t size) {
   return guarded("unmap", [&] {
     std::size_t n;
+    std::chrono::nanoseconds cost{0};
     {
       std::lock_guard lock(vm_mutex_);
       n = size == 0 ? 0 : tiling_mappings(va, size);
@@ -704,6 +693,7 @@ Status HostBackend::unmap(DevicePtr va, std::size_t size) {
                     ull(va), size);
       }
       const std::size_t refund = unmap_refund(va, size);
+      cost = tiled_cost(VmmOp::unmap, va, n);
       if (!remap_reserved(va, size)) return vm_failure(errno, "unmap", va, size);
       auto it = mappings_.find(va);
       for (std::size_t i = 0; i < n; ++i) {
@@ -712,7 +702,7 @@ Status HostBackend::unmap(DevicePtr va, std::size_t size) {
       }
       give_back_mappings(refund);
     }
-    simulate(VmmOp::unmap, n);
+    simulate(cost);
     return Status::ok;
   });
 }
@@ -720,6 +710,7 @@ Status HostBackend::unmap(DevicePtr va, std::size_t size) {
 Status HostBackend::set_access(DevicePtr va, std::size_t size) {
   return guarded("set_access", [&] {
     std::size_t n;
+    std::chrono::nanoseconds cost{0};
     {
       std::lock_guard lock(vm_mutex_);
       n = size == 0 ? 0 : tiling_mappings(va, size);
@@ -733,8 +724,9 @@ Status HostBackend::set_access(DevicePtr va, std::size_t size) {
         return vm_failure(errno, "set_access", va, size);
       auto it = mappings_.find(va);
       for (std::size_t i = 0; i < n; ++i, ++it) it->second.accessible = true;
+      cost = tiled_cost(VmmOp::set_access, va, n);
     }
-    simulate(VmmOp::set_access, n);
+    simulate(cost);
     return Status::ok;
   });
 }

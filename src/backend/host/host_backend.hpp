@@ -14,7 +14,8 @@
 // Every handle, range and mapping is tracked in tables under one mutex, so a
 // wrong argument yields Status::invalid_argument and a message, never a
 // crash. With simulate_latency, each call busy-waits for the median H200
-// cost measured in traces/vmm_costs.txt, one thread at a time.
+// cost measured in traces/vmm_costs.txt for handles of its size
+// (simulated_latency.hpp), one thread at a time.
 //
 // Limits (backend.hpp): the backend counts the memory mappings it makes the
 // kernel hold (each mapped chunk and each unmapped gap of a reservation is
@@ -27,6 +28,7 @@
 // emulate a small machine.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -194,7 +196,12 @@ class HostBackend final : public Backend {
   // stream_wait_event where the event was recorded in a capture or `s`
   // captures (`waiter`): joins, rejoins or refuses.
   Status wait_in_capture(const std::shared_ptr<HostStream>& s, const Event& e, HostCapture* waiter);
-  void simulate(VmmOp op, std::size_t chunks = 1) const;
+  // With simulate_latency, spins for what `op` costs on one handle of
+  // `handle_bytes` (simulated_latency.hpp), or for `cost`; the calls of all
+  // threads take turns, as the driver's do.
+  void simulate(VmmOp op, std::size_t handle_bytes) const;
+  void simulate(std::chrono::nanoseconds cost) const;
+  std::chrono::nanoseconds tiled_cost(VmmOp op, DevicePtr va, std::size_t n) const;
 
   const HostBackendOptions options_;
 
