@@ -55,13 +55,6 @@ struct Config {
   // memory (they raise the peak by up to this much), hence off by default.
   // Needs the worker.
   std::size_t reserve = 0;
-  // Stream-ordered mapping: a request that must map chunks (stitch, extend,
-  // grow, new memory) gets its address at once; the worker makes the VMM
-  // calls, and the request's stream waits for them GPU-side. The block is
-  // then valid in its stream's order, as cudaMallocAsync's memory is (not
-  // for the host, nor another stream that has not waited on this one).
-  // Needs worker:thread and a backend with host counters.
-  bool defer_mapping = false;
 
   // Chunks are created exportable, so Allocator::share() can hand a block to
   // another process as file descriptors (include/memlake/sharing.hpp). On

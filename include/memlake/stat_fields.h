@@ -51,12 +51,6 @@
   X(reserve_bytes,           gauge,   "free chunks the worker created ahead of demand")         \
   X(reserve_hits,            counter, "requests needing new memory that found it in the reserve")\
   X(reserve_misses,          counter, "requests that created chunks on the caller thread")     \
-  X(deferred_batches,        counter, "batches of VMM calls made after their blocks were handed out")\
-  X(deferred_vmm_calls,      counter, "VMM calls made after their blocks were handed out")    \
-  X(deferred_stream_waits,   counter, "GPU-side waits of a stream on deferred VMM calls")      \
-  X(deferred_failures,       counter, "deferred VMM calls the backend refused when made")     \
-  X(deferred_lag_ns,         counter, "host ns from each deferred batch's queueing to its last call, summed")\
-  X(deferred_lag_max_ns,     counter, "the longest of those: what a stream needing its block at once waits")\
   X(events_recorded,         counter, "stream events recorded for the fences of frees")        \
   X(event_queries,           counter, "stream event queries for the fences of frees")          \
   X(cross_stream_waits,      counter, "GPU-side waits of a stream on another stream's fence")  \

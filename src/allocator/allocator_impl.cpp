@@ -15,29 +15,13 @@ namespace {
 // The stack every layer calls through: turn taking (outermost, so time a
 // background call waits for its turn is not counted as driver time), then
 // counting.
-// With defer_mapping, the deferring adaptor sits between them: calls it
-// defers are counted when the worker makes them.
-std::unique_ptr<Backend> wrap(const Config& config, std::unique_ptr<Backend> backend,
-                              CountingBackend** counting, DeferringBackend** deferring,
+std::unique_ptr<Backend> wrap(std::unique_ptr<Backend> backend, CountingBackend** counting,
                               DriverTurns** turns) {
   if (!backend) throw error("memlake: no backend given");
   auto counted = std::make_unique<CountingBackend>(std::move(backend));
   *counting = counted.get();
-  std::unique_ptr<Backend> below_turns = std::move(counted);
-  if (config.defer_mapping) {
-    auto deferred = std::make_unique<DeferringBackend>(std::move(below_turns));
-    if (!deferred->available()) {
-      throw config_error(
-          "memlake config: defer_mapping needs streams that can wait on a host counter, and "
-          "the backend has none: " +
-          deferred->unavailable_reason());
-    }
-    *deferring = deferred.get();
-    below_turns = std::move(deferred);
-  }
-  auto taking = std::make_unique<TurnTakingBackend>(std::move(below_turns));
+  auto taking = std::make_unique<TurnTakingBackend>(std::move(counted));
   *turns = &taking->turns();
-  if (*deferring != nullptr) (*deferring)->give_way_to(*turns);
   return taking;
 }
 
@@ -82,14 +66,14 @@ AllocatorImpl::AllocatorImpl(const Config& config, std::unique_ptr<Backend> back
           "memlake: the host's heap ran out inside the allocator (std::bad_alloc); the "
           "request was not served",
           0),
-      backend_(wrap(config_, std::move(backend), &counting_, &deferring_, &turns_)),
+      backend_(wrap(std::move(backend), &counting_, &turns_)),
       profilers_(Profilers::install(config_, capacity_of(config_, *counting_), observers_)),
       pool_(*backend_, capacity_of(config_, *counting_), stats_, observers_, refusal_),
       lake_(*backend_, pool_, lake_options(config_, *backend_), stats_, observers_, refusal_),
       order_(*backend_, stats_, observers_),
       graphs_(*backend_, pool_, lake_, order_, stats_, observers_, lake_options(config_, *backend_),
               config_.on_misuse),
-      worker_(mutex_, lake_, stats_, observers_, config_.worker, deferring_) {}
+      worker_(mutex_, lake_, stats_, observers_, config_.worker) {}
 
 AllocatorImpl::~AllocatorImpl() {
   worker_.stop();
@@ -113,16 +97,11 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   StreamOrder::CallScope call(order_);
   if (MEMLAKE_UNLIKELY(graphs_.routing()))
     if (void* p = graphs_.allocate(bytes, stream)) return p;
-  if (MEMLAKE_UNLIKELY(deferring_ != nullptr)) deferred_failure();
   const std::uint64_t history = history_.push(bytes);
   if (bytes > lake_.capacity()) out_of_memory(bytes, stream);
   if (!order_.admit(stream)) unknown_stream("allocate", stream, nullptr);
-  lake::Placed p;
-  {
-    DeferringBackend::DeferScope deferred(deferring_);
-    p = climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history}, stream);
-  }
-  if (MEMLAKE_UNLIKELY(deferring_ != nullptr)) hand_off_deferred(p, stream);
+  const lake::Placed p =
+      climb({lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment), history}, stream);
   if (!p) out_of_memory(bytes, stream);
   // Memory freed under a fence another stream recorded: the caller's stream
   // waits for that stream's work first.
@@ -175,31 +154,6 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
   p = lake_.place(request, lake::Budget::create);
   if (p) p.rung = Rung::reclaim_retry;
   return p;
-}
-
-void AllocatorImpl::deferred_failure() {
-  if (deferring_->available()) return;
-  const std::string why = deferring_->take_failure();
-  if (deferring_->remake_failed()) {
-    if (!why.empty()) throw backend_error(why + "; the refused calls were made again now");
-    return;
-  }
-  throw backend_error(
-      (why.empty() ? std::string() : why + "; ") +
-      "memlake: mappings refused after their blocks were handed out could not be made again (" +
-      backend_->last_error() + "); this allocator serves no memory until they can");
-}
-
-void AllocatorImpl::hand_off_deferred(const lake::Placed& p, Stream stream) {
-  if (deferring_->seal()) worker_.wake_deferred();
-  if (!p || !deferring_->pending()) return;
-  bool capturing = false;
-  Status s = backend_->stream_is_capturing(stream, &capturing);
-  if (s == Status::ok && !capturing && deferring_->wait(stream) == Status::ok) return;
-  // A capturing stream may not wait on the counter (the wait would be
-  // replayed with the graph), and a wait that failed orders nothing: the
-  // mappings are made here, now.
-  deferring_->run_pending();
 }
 
 void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
@@ -326,7 +280,6 @@ void AllocatorImpl::destroy_stream(Stream stream) {
   {
     std::lock_guard lock(mutex_);
     order_.forget(stream);
-    if (deferring_ != nullptr) deferring_->forget(stream);
   }
   if (backend_->stream_destroy(stream) != Status::ok)
     throw backend_error("memlake: stream_destroy failed: " + backend_->last_error());

@@ -26,7 +26,6 @@
 
 #include "allocator/request_history.hpp"
 #include "backend/adaptors/counting_backend.hpp"
-#include "backend/adaptors/deferring_backend.hpp"
 #include "backend/adaptors/turn_taking_backend.hpp"
 #include "backend/backend.hpp"
 #include "common/node_pool.hpp"
@@ -105,12 +104,6 @@ class AllocatorImpl {
   // calls (stream_order.hpp), before they map and before a wait.
   FenceId look_at_fences();
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
-  // defer_mapping: after a deferred call the backend refused, makes it again
-  // and throws its cause (once), or throws on every call while it still
-  // fails; then queues the climb's deferred calls for the worker and makes
-  // `stream` wait for every batch not yet made.
-  void deferred_failure();
-  void hand_off_deferred(const lake::Placed& p, Stream stream);
   // errors.cpp
   // Counts in misuse_errors unless the call was a query (allocation_size).
   [[noreturn]] void misuse(const std::string& message, bool counts = true) const;
@@ -123,9 +116,8 @@ class AllocatorImpl {
   // Thrown (as a copy, which allocates nothing) when the host's heap runs out
   // inside a call: made while memory is there.
   const memlake::out_of_memory host_oom_;
-  CountingBackend* counting_ = nullptr;    // owned through backend_
-  DeferringBackend* deferring_ = nullptr;  // owned through backend_; null unless defer_mapping
-  DriverTurns* turns_ = nullptr;           // owned through backend_
+  CountingBackend* counting_ = nullptr;  // owned through backend_
+  DriverTurns* turns_ = nullptr;         // owned through backend_
   std::unique_ptr<Backend> backend_;
   mutable std::mutex mutex_;
   mutable Stats stats_;

@@ -67,10 +67,6 @@ constexpr std::array kOptions = {
   Option{"reserve", &Config::reserve, Unit::size, 0, kNoLimit, false,
          "free chunks the worker keeps created and mapped ahead of demand (counted as "
          "reserved memory; needs the worker); 0: none"},
-  Option{"defer_mapping", &Config::defer_mapping, Unit::flag, 0, 0, false,
-         "stream-ordered mapping: the worker maps for a request after its address is handed "
-         "out, and the request's stream waits for it GPU-side (valid in stream order, as "
-         "cudaMallocAsync's memory; needs worker:thread)"},
   Option{"shareable", &Config::shareable, Unit::flag, 0, 0, false,
          "chunks are created exportable as POSIX file descriptors (Allocator::share)"},
   Option{"record", &Config::record, Unit::path, 0, 0, false,
@@ -549,10 +545,6 @@ void Config::validate() const {
   if (reserve != 0 && worker == WorkerMode::off)
     conflict("reserve", "worker",
              "do not go together: the worker makes the reserve, and worker is off");
-  if (defer_mapping && worker != WorkerMode::thread)
-    conflict("defer_mapping", "worker",
-             "do not go together: deferred mappings are made by the worker's thread, and "
-             "worker is not thread");
 }
 
 }  // namespace memlake

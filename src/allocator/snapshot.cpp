@@ -24,15 +24,6 @@ Stats AllocatorImpl::stats() const {
   s.worker_turn_waits.current = static_cast<std::int64_t>(turns_->waits());
   s.worker_turn_wait_ns.current = static_cast<std::int64_t>(turns_->wait_ns());
   s.backend_refusals.current = refusal_.count;
-  if (deferring_ != nullptr) {
-    const DeferringBackend::Counts d = deferring_->counts();
-    s.deferred_batches.current = static_cast<std::int64_t>(d.batches);
-    s.deferred_vmm_calls.current = static_cast<std::int64_t>(d.calls);
-    s.deferred_stream_waits.current = static_cast<std::int64_t>(d.stream_waits);
-    s.deferred_failures.current = static_cast<std::int64_t>(d.failures);
-    s.deferred_lag_ns.current = static_cast<std::int64_t>(d.lag_ns);
-    s.deferred_lag_max_ns.current = static_cast<std::int64_t>(d.lag_max_ns);
-  }
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
 #undef MEMLAKE_FIX_STAT

@@ -86,19 +86,6 @@ Status Backend::stream_capture_info(StreamHandle stream, CaptureState* state, st
   *state = capturing ? CaptureState::active : CaptureState::none;
   return s;
 }
-Status Backend::counter_create(CounterHandle* counter) {
-  if (counter != nullptr) *counter = nullptr;
-  return detail::fail(Status::not_supported, "%s: host counters are not supported", name());
-}
-Status Backend::counter_destroy(CounterHandle) {
-  return detail::fail(Status::not_supported, "%s: host counters are not supported", name());
-}
-Status Backend::counter_set(CounterHandle, std::uint64_t) {
-  return detail::fail(Status::not_supported, "%s: host counters are not supported", name());
-}
-Status Backend::stream_wait_counter(StreamHandle, CounterHandle, std::uint64_t) {
-  return detail::fail(Status::not_supported, "%s: host counters are not supported", name());
-}
 Status Backend::device_synchronize() {
   return detail::fail(Status::not_supported, "%s: device_synchronize is not supported", name());
 }

@@ -95,7 +95,6 @@ using EventHandle = void*;
 using HostFn = void (*)(void* user);  // work enqueued on a stream
 // A 64-bit value the host sets and streams wait on, GPU-side (a word of
 // pinned host memory the device polls, on CUDA).
-using CounterHandle = void*;
 // A captured graph, ready to launch (a cudaGraphExec_t on CUDA).
 using GraphHandle = void*;
 // A stream's part in a graph capture (cudaStreamCaptureStatus).
@@ -187,23 +186,6 @@ class Backend {
   // does not wait.
   virtual Status stream_wait_event(StreamHandle stream, EventHandle event) = 0;
   virtual Status launch_host_func(StreamHandle stream, HostFn fn, void* user) = 0;
-  // --- host counters (stream-ordered mapping) ------------------------------
-  // The defaults say not_supported. A counter starts at 0 and only grows.
-  // Values stay at most kCounterReleased (a larger one is invalid_argument):
-  // CUDA compares a counter with a waited value cyclically, as
-  // (int64_t)(counter - value) >= 0, so a counter at 2^64 - 1 would hold
-  // every wait for ever instead of releasing it.
-  static constexpr std::uint64_t kCounterReleased = std::uint64_t{1} << 62;
-  virtual Status counter_create(CounterHandle* counter);
-  // Sets the counter to kCounterReleased first, so that no stream waits on
-  // it for ever.
-  virtual Status counter_destroy(CounterHandle counter);
-  // Host-side: the counter becomes `value` (not smaller than before).
-  virtual Status counter_set(CounterHandle counter, std::uint64_t value);
-  // GPU-side: later work on `stream` waits until the counter is at least
-  // `value`. The host does not wait. Not on a capturing stream.
-  virtual Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
-                                     std::uint64_t value);
   // Blocks the calling thread. Never called from malloc/free; for tests,
   // tools and shutdown only.
   virtual Status stream_synchronize(StreamHandle stream) = 0;

@@ -62,12 +62,4 @@ inline bool is_aligned(std::size_t value, std::size_t alignment) {
   return alignment != 0 && value % alignment == 0;
 }
 
-// Host counter values a backend takes: at most Backend::kCounterReleased;
-// above it, invalid_argument naming `who` and `call`.
-inline Status check_counter_value(const char* who, const char* call, std::uint64_t value) {
-  if (value <= Backend::kCounterReleased) return Status::ok;
-  return fail(Status::invalid_argument, "%s: %s: value %llu above 2^62", who, call,
-              static_cast<unsigned long long>(value));
-}
-
 }  // namespace memlake::detail

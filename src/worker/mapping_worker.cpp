@@ -18,13 +18,9 @@ std::size_t chunks_per_access(WorkerMode mode) {
 }  // namespace
 
 MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats,
-                             ObserverList& observers, WorkerMode mode, DeferringBackend* deferring)
-    : lock_(allocator_lock),
-      jobs_(lake, stats, observers, chunks_per_access(mode)),
-      mode_(mode),
-      deferring_(mode == WorkerMode::thread ? deferring : nullptr) {
+                             ObserverList& observers, WorkerMode mode)
+    : lock_(allocator_lock), jobs_(lake, stats, observers, chunks_per_access(mode)), mode_(mode) {
   if (mode_ == WorkerMode::thread) thread_ = std::thread([this] { loop(); });
-  if (deferring_ != nullptr) deferred_thread_ = std::thread([this] { deferred_loop(); });
 }
 
 MappingWorker::~MappingWorker() {
@@ -38,37 +34,6 @@ void MappingWorker::stop() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
-  {
-    std::lock_guard lock(deferred_mutex_);
-    deferred_stopping_ = true;
-  }
-  deferred_wake_.notify_one();
-  if (deferred_thread_.joinable()) deferred_thread_.join();
-}
-
-void MappingWorker::wake_deferred() {
-  if (deferring_ == nullptr) return;
-  {
-    std::lock_guard lock(deferred_mutex_);
-    deferred_ready_ = true;
-  }
-  deferred_wake_.notify_one();
-}
-
-// Makes the queued batches as they come; what is queued when it stops is
-// made by whoever next needs it done (DeferringBackend runs it first).
-void MappingWorker::deferred_loop() {
-  WorkerThreadScope worker;
-  DeferringBackend::RunnerScope gives_way_at_the_driver;
-  std::unique_lock lock(deferred_mutex_);
-  for (;;) {
-    deferred_wake_.wait(lock, [&] { return deferred_ready_ || deferred_stopping_; });
-    if (deferred_stopping_) return;
-    deferred_ready_ = false;
-    lock.unlock();
-    deferring_->run_pending();
-    lock.lock();
-  }
 }
 
 void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {

@@ -8,18 +8,12 @@
 // Each job (jobs.hpp) plans under the allocator's lock, makes its VMM calls
 // without it, and commits under it again; a failed job leaves the lake as
 // it was.
-//
-// With defer_mapping, a second thread makes the VMM calls of requests whose
-// blocks were already handed out (DeferringBackend's batches): without the
-// allocator's lock, as soon as a batch is queued, so that a job under way
-// never delays them (streams wait on them, GPU-side).
 #pragma once
 
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
-#include "backend/adaptors/deferring_backend.hpp"
 #include "lake/lake.hpp"
 #include "memlake/config.hpp"
 #include "worker/jobs.hpp"
@@ -28,9 +22,8 @@ namespace memlake {
 
 class MappingWorker {
  public:
-  // `deferring`: null unless defer_mapping (then mode is thread).
   MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats, ObserverList& observers,
-                WorkerMode mode, DeferringBackend* deferring = nullptr);
+                WorkerMode mode);
   ~MappingWorker();
   MappingWorker(const MappingWorker&) = delete;
   MappingWorker& operator=(const MappingWorker&) = delete;
@@ -41,8 +34,6 @@ class MappingWorker {
   bool has_work() { return mode_ != WorkerMode::off && !stopping_ && jobs_.wanted(); }
   // Starts the job has_work() found wanted (lock held): inline, at once.
   void nudge();
-  // A batch of deferred calls was queued: the deferred thread makes it.
-  void wake_deferred();
   // Finishes the job in progress, then stops the thread. Idempotent.
   void stop();
   // Waits (lock held, released while waiting) until no job is under way, so
@@ -51,7 +42,6 @@ class MappingWorker {
 
  private:
   void loop();
-  void deferred_loop();
   void run_inline();
   void run_job(std::unique_lock<std::mutex>* lock);
 
@@ -64,13 +54,6 @@ class MappingWorker {
   bool busy_ = false;
   bool stopping_ = false;
   std::thread thread_;
-
-  DeferringBackend* deferring_;
-  std::mutex deferred_mutex_;  // guards the two below
-  std::condition_variable deferred_wake_;
-  bool deferred_ready_ = false;
-  bool deferred_stopping_ = false;
-  std::thread deferred_thread_;
 };
 
 }  // namespace memlake

@@ -30,7 +30,6 @@ const std::vector<std::string> kKeys = {"backend",
                                         "capacity_fraction",
                                         "worker",
                                         "reserve",
-                                        "defer_mapping",
                                         "shareable",
                                         "record",
                                         "nvtx",
@@ -51,8 +50,7 @@ const std::vector<std::string> kKeys = {"backend",
                                         "max_stitch_chunks"};
 
 const std::string kKnown =
-    "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, defer_mapping, "
-    "shareable, "
+    "backend, device, peer_access, capacity, capacity_fraction, worker, reserve, shareable, "
     "record, nvtx, timeline, timeline_events, on_misuse, host_granularity, host_max_mappings, "
     "host_max_fds, host_max_va, host_simulate_latency, small_max, max_chunk, large_chunk, "
     "large_chunk_from, fit_slack, stitch_cache_ratio, max_stitch_chunks";

@@ -182,19 +182,6 @@ void print_counters(std::FILE* out, const Stats& s) {
            ", misses " + count(s.prestitch_misses.current) + ", wasted " +
            mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) + "; reserve hits " +
            count(s.reserve_hits.current) + ", misses " + count(s.reserve_misses.current));
-  if (s.deferred_batches.current != 0) {
-    char lag[96];
-    std::snprintf(lag, sizeof lag, "%.2f ms in all, at most %.2f ms",
-                  static_cast<double>(s.deferred_lag_ns.current) / 1e6,
-                  static_cast<double>(s.deferred_lag_max_ns.current) / 1e6);
-    line(out, "deferred",
-         count(s.deferred_batches.current) + " batches of " + count(s.deferred_vmm_calls.current) +
-             " VMM calls made after their blocks were handed out, " +
-             count(s.deferred_stream_waits.current) + " stream waits; lag " + lag +
-             (s.deferred_failures.current != 0
-                  ? "; " + count(s.deferred_failures.current) + " calls FAILED"
-                  : ""));
-  }
   std::string rungs;
 #define MEMLAKE_RUNG_COUNT(name, help) \
   if (s.rung_##name.current)           \

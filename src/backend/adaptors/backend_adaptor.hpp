@@ -64,19 +64,6 @@ class BackendAdaptor : public Backend {
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override {
     return upstream_->launch_host_func(stream, fn, user);
   }
-  Status counter_create(CounterHandle* counter) override {
-    return upstream_->counter_create(counter);
-  }
-  Status counter_destroy(CounterHandle counter) override {
-    return upstream_->counter_destroy(counter);
-  }
-  Status counter_set(CounterHandle counter, std::uint64_t value) override {
-    return upstream_->counter_set(counter, value);
-  }
-  Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
-                             std::uint64_t value) override {
-    return upstream_->stream_wait_counter(stream, counter, value);
-  }
   Status stream_synchronize(StreamHandle stream) override {
     return upstream_->stream_synchronize(stream);
   }

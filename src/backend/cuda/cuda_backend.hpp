@@ -79,11 +79,6 @@ class CudaBackend final : public Backend {
   Status event_query(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override;
-  Status counter_create(CounterHandle* counter) override;
-  Status counter_destroy(CounterHandle counter) override;
-  Status counter_set(CounterHandle counter, std::uint64_t value) override;
-  Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
-                             std::uint64_t value) override;
   Status stream_synchronize(StreamHandle stream) override;
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override;
   Status stream_begin_capture(StreamHandle stream) override;

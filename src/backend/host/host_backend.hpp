@@ -101,11 +101,6 @@ class HostBackend final : public Backend {
   Status event_query(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status launch_host_func(StreamHandle stream, HostFn fn, void* user) override;
-  Status counter_create(CounterHandle* counter) override;
-  Status counter_destroy(CounterHandle counter) override;
-  Status counter_set(CounterHandle counter, std::uint64_t value) override;
-  Status stream_wait_counter(StreamHandle stream, CounterHandle counter,
-                             std::uint64_t value) override;
   Status stream_synchronize(StreamHandle stream) override;
   Status stream_is_capturing(StreamHandle stream, bool* capturing) override;
   Status stream_begin_capture(StreamHandle stream) override;
@@ -136,7 +131,6 @@ class HostBackend final : public Backend {
     std::size_t size;
     std::size_t mappings;
   };
-  struct Counter;  // host_backend_counters.cpp
   struct Mapping {
     std::size_t size;
     ChunkHandle chunk;
@@ -178,8 +172,6 @@ class HostBackend final : public Backend {
   void drop_mapping(ChunkHandle chunk);
   // The status and message for an mmap/munmap/mprotect failure with `err`.
   Status vm_failure(int err, const char* call, DevicePtr va, std::size_t size);
-  // With stream_mutex_ held; null (message set) for an unknown handle.
-  std::shared_ptr<Counter> find_counter(CounterHandle counter, const char* call);
   // With stream_mutex_ held; creates the default stream on first use.
   std::shared_ptr<HostStream> find_stream(StreamHandle stream, const char* call);
   // host_backend_capture.cpp, with stream_mutex_ held.
@@ -224,8 +216,6 @@ class HostBackend final : public Backend {
   std::unordered_map<const HostStream*, std::shared_ptr<HostCapture>> capturing_;
   std::vector<std::shared_ptr<HostCapture>> captures_;
   std::unordered_map<GraphHandle, std::unique_ptr<HostGraph>> graphs_;
-  // Shared with the stream jobs that wait on them.
-  std::unordered_map<CounterHandle, std::shared_ptr<Counter>> counters_;
 };
 
 static_assert(IsBackend<HostBackend>);
