@@ -69,8 +69,6 @@ class DriverTurns {
 
   // Returns once no ForegroundTurn is held (at once when none is).
   void wait_for_turn();
-  // Whether a ForegroundTurn is held now.
-  bool held() const { return held_.load(std::memory_order_seq_cst) != 0; }
   // Calls that waited, and the nanoseconds they waited.
   std::uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
   std::uint64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }

@@ -7,7 +7,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
