@@ -6,15 +6,11 @@
 // request. Manual time of that allocation alone, in us; the set-up and the
 // frees after it are outside the measurement. Variants of memlake:
 //   memlake              the default config (mapping worker thread on);
-//   memlake_noworker     worker off: the request stitches on its own thread;
-//   memlake_prestitched  the worker gets its cue and the time to map the free
-//                        chunks before the request comes.
+//   memlake_noworker     worker off: the request stitches on its own thread.
 // stitch_cached repeats a stitch whose range memlake keeps mapped (the same
 // layout again, as in the next training step): an exact fit, no driver call.
-// stitch_host runs the three variants over the HostBackend (no GPU needed).
-#include <chrono>
+// stitch_host runs the two variants over the HostBackend (no GPU needed).
 #include <exception>
-#include <thread>
 #include <vector>
 
 #include "common.hpp"
@@ -57,61 +53,6 @@ void stitch_memlake(benchmark::State& state, BackendKind backend, WorkerMode wor
     state.counters["stitch"] = per_iteration(stitches);
     state.counters["vmm_calls"] = per_iteration(vmm);
     state.counters["new_MiB"] = per_iteration(new_bytes / static_cast<std::int64_t>(MiB));
-    a.destroy_stream(s);
-  } catch (const std::exception& e) {
-    fail(state, e.what());
-  }
-}
-
-// The mapping worker's case: besides the N free pieces, two more free chunks
-// lie apart. A 4 MiB request stitches two chunks on demand (untimed), which
-// tells the worker that requests stitch; the worker thread maps the N free
-// chunks left into one range; once it has (worker_stitches grew, waited for
-// outside the measurement), the timed N x 2 MiB request finds them mapped.
-void stitch_prestitched_memlake(benchmark::State& state, BackendKind backend) {
-  if (backend == BackendKind::cuda && !need_gpu(state)) return;
-  const auto n = static_cast<std::size_t>(state.range(0));
-  try {
-    Config c = memlake_config(backend, kPiece);
-    c.worker = WorkerMode::thread;
-    Allocator a(c);
-    Stream s = a.create_stream();
-    std::int64_t stitches = 0, vmm = 0, new_bytes = 0, waited_out = 0;
-    std::vector<void*> blocks(2 * n + 1), extra(4);
-    for (auto _ : state) {
-      for (auto& p : blocks) p = a.allocate(kPiece, s);
-      for (auto& p : extra) p = a.allocate(kPiece, s);
-      for (std::size_t i = 1; i < blocks.size(); i += 2) a.deallocate(blocks[i], kPiece, s);
-      a.deallocate(extra[0], kPiece, s);
-      a.deallocate(extra[2], kPiece, s);
-      if (!synchronize(state, a, s)) break;
-      a.process_pending_frees();
-      const std::int64_t w0 = a.stats().worker_stitches.current;
-      void* marker = a.allocate(2 * kPiece, s);
-      const auto wait_start = Clock::now();
-      while (a.stats().worker_stitches.current == w0 && seconds_since(wait_start) < 2.0)
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (a.stats().worker_stitches.current == w0) ++waited_out;
-      const Stats s0 = a.stats();
-      const auto t0 = Clock::now();
-      void* big = a.allocate(n * kPiece, s);
-      state.SetIterationTime(seconds_since(t0));
-      const Stats s1 = a.stats();
-      stitches += s1.rung_stitch.current - s0.rung_stitch.current;
-      vmm += s1.critical_path_vmm_calls.current - s0.critical_path_vmm_calls.current;
-      new_bytes += s1.reserved_bytes.current - s0.reserved_bytes.current;
-      a.deallocate(big, n * kPiece, s);
-      a.deallocate(marker, 2 * kPiece, s);
-      for (std::size_t i = 0; i < blocks.size(); i += 2) a.deallocate(blocks[i], kPiece, s);
-      a.deallocate(extra[1], kPiece, s);
-      a.deallocate(extra[3], kPiece, s);
-      if (!synchronize(state, a, s)) break;
-      a.empty_cache();
-    }
-    state.counters["stitch"] = per_iteration(stitches);
-    state.counters["vmm_calls"] = per_iteration(vmm);
-    state.counters["new_MiB"] = per_iteration(new_bytes / static_cast<std::int64_t>(MiB));
-    state.counters["worker_late"] = per_iteration(waited_out);
     a.destroy_stream(s);
   } catch (const std::exception& e) {
     fail(state, e.what());
@@ -222,8 +163,6 @@ void chunk_counts(benchmark::internal::Benchmark* b) {
                                             WorkerMode::thread));
   chunk_counts(benchmark::RegisterBenchmark("stitch/memlake_noworker", stitch_memlake,
                                             BackendKind::cuda, WorkerMode::off));
-  chunk_counts(benchmark::RegisterBenchmark("stitch/memlake_prestitched",
-                                            stitch_prestitched_memlake, BackendKind::cuda));
   chunk_counts(benchmark::RegisterBenchmark("stitch/cuda_async", stitch_cuda_async));
   chunk_counts(benchmark::RegisterBenchmark("stitch/cuda_malloc", stitch_cuda_malloc));
   chunk_counts(benchmark::RegisterBenchmark("stitch_cached/memlake", stitch_cached_memlake));
@@ -231,8 +170,6 @@ void chunk_counts(benchmark::internal::Benchmark* b) {
                                             BackendKind::host, WorkerMode::thread));
   chunk_counts(benchmark::RegisterBenchmark("stitch_host/memlake_noworker", stitch_memlake,
                                             BackendKind::host, WorkerMode::off));
-  chunk_counts(benchmark::RegisterBenchmark("stitch_host/memlake_prestitched",
-                                            stitch_prestitched_memlake, BackendKind::host));
   return true;
 }();
 

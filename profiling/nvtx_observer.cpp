@@ -25,7 +25,7 @@ struct Names {
   nvtxStringHandle_t slow_allocation = nullptr, worker_job = nullptr, oom = nullptr,
                      reclaim = nullptr;
   nvtxStringHandle_t rung[kRungCount] = {};
-  nvtxStringHandle_t job[3] = {};
+  nvtxStringHandle_t job[kWorkerJobKinds] = {};
 
   Names() {
     domain = nvtxDomainCreateA("memlake");
@@ -37,7 +37,7 @@ struct Names {
       const std::string name = std::string("served by ") + rung_name(static_cast<Rung>(i));
       rung[i] = nvtxDomainRegisterStringA(domain, name.c_str());
     }
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < kWorkerJobKinds; ++k)
       job[k] = nvtxDomainRegisterStringA(domain, worker_job_name(static_cast<WorkerJobKind>(k)));
   }
 };

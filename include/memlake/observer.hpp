@@ -61,13 +61,14 @@ struct MapEvent {
   bool stitched = false;  // over chunks that existed before it
 };
 
-enum class WorkerJobKind : int { consolidation, reserve, eviction };
+enum class WorkerJobKind : int { reserve, eviction };
+inline constexpr int kWorkerJobKinds = 2;
 const char* worker_job_name(WorkerJobKind k);
 
 // A job of the mapping worker, once committed: what it mapped or unmapped,
 // and when its driver calls ran (steady-clock nanoseconds).
 struct WorkerJobEvent {
-  WorkerJobKind kind = WorkerJobKind::consolidation;
+  WorkerJobKind kind = WorkerJobKind::reserve;
   std::size_t bytes = 0;
   std::int64_t start_ns = 0, end_ns = 0;
   bool failed = false;  // the lake was left as it was

@@ -43,11 +43,8 @@
   X(vmm_calls,               counter, "VMM calls of any kind, on any thread")                  \
   X(critical_path_vmm_calls, counter, "VMM calls made inside malloc/free on the caller thread")\
   X(worker_vmm_calls,        counter, "VMM calls made by the background worker")               \
-  X(worker_stitches,         counter, "ranges the worker stitched from free chunks ahead of use")\
+  X(worker_reserves,         counter, "reserves the worker created and mapped ahead of demand")\
   X(worker_failures,         counter, "worker jobs that failed (the lake is left as it was)")  \
-  X(prestitch_hits,          counter, "large requests served by a range the worker stitched")   \
-  X(prestitch_misses,        counter, "large requests that had to stitch on the caller thread") \
-  X(prestitch_wasted_bytes,  counter, "bytes of worker-stitched ranges unmapped unused")        \
   X(reserve_bytes,           gauge,   "free chunks the worker created ahead of demand")         \
   X(reserve_hits,            counter, "requests needing new memory that found it in the reserve")\
   X(reserve_misses,          counter, "requests that created chunks on the caller thread")     \

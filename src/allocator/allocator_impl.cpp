@@ -230,7 +230,7 @@ void AllocatorImpl::process_pending_frees() {
 
 void AllocatorImpl::empty_cache() {
   std::unique_lock lock(mutex_);
-  worker_.wait_idle(lock);  // its pinned chunks must be released too
+  worker_.settle(lock);  // the chunks its job creates must be released too
   order_.record_open_fences();
   lake_.fences_completed(order_.completed());
   lake_.reclaim();

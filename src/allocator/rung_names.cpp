@@ -17,8 +17,6 @@ const char* rung_name(Rung r) {
 
 const char* worker_job_name(WorkerJobKind k) {
   switch (k) {
-    case WorkerJobKind::consolidation:
-      return "consolidation";
     case WorkerJobKind::reserve:
       return "reserve";
     case WorkerJobKind::eviction:

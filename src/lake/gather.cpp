@@ -26,13 +26,6 @@ std::vector<std::size_t> chunk_sizes_for(std::size_t bytes, const LakeOptions& o
   return sizes;
 }
 
-// A request mapped free chunks on the allocating thread: free memory is
-// scattered, and the worker consolidates it before the next such request.
-void Lake::stitched_on_demand() {
-  demand_.stitched = true;
-  ++stats_.prestitch_misses.current;
-}
-
 std::size_t Lake::slack_for(std::size_t bytes) const {
   const auto slack = static_cast<std::size_t>(static_cast<double>(bytes) * options_.fit_slack);
   return slack / options_.granularity * options_.granularity;
@@ -140,7 +133,6 @@ SegmentId Lake::build_segment_for(std::size_t bytes, bool create, bool* stitched
     release_all(created);
     return kNone;
   }
-  if (*stitched) stitched_on_demand();
   if (!options_.defer_eviction) table_.enforce_budget(s);
   return s;
 }

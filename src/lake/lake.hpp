@@ -79,15 +79,6 @@ struct Placed {
   explicit operator bool() const { return ptr != 0; }
 };
 
-// What requests asked of the worker since its last consolidation.
-struct Demand {
-  bool stitched = false;  // a request had to stitch on the allocating thread
-  // The larger requests that lately missed their places, as a maximum that
-  // decays by a 32nd with every large request: the run free memory should
-  // offer for the next one.
-  std::size_t recent = 0;
-};
-
 // How new memory of `bytes` is cut into chunks (gather.cpp).
 std::vector<std::size_t> chunk_sizes_for(std::size_t bytes, const LakeOptions& o);
 
@@ -143,7 +134,6 @@ class Lake final : private ChunkPool::Client {
   ChunkPool& pool() { return pool_; }
   SegmentTable& segments() { return table_; }
   const SegmentTable& segments() const { return table_; }
-  Demand& demand() { return demand_; }
 
   std::string check_invariants() const;
   // For tests: entries of the free-run index after catching up.
@@ -225,7 +215,6 @@ class Lake final : private ChunkPool::Client {
   bool growth_leaves_out_free_chunks(SegmentId s, std::size_t need, std::size_t counted) const;
   SegmentId build_segment_for(std::size_t bytes, bool create, bool* stitched);
   void release_all(const std::vector<ChunkId>& created);
-  void stitched_on_demand();
   std::size_t slack_for(std::size_t bytes) const;
 
   // pieces.cpp
@@ -268,7 +257,6 @@ class Lake final : private ChunkPool::Client {
                      PoolAllocator<std::pair<const DevicePtr, Allocation>>>
       allocations_;
   std::size_t allocated_bytes_ = 0;
-  Demand demand_;
   // Large requests in a row that came back to their remembered places, with
   // no request in between that had the segments catch up.
   std::uint32_t hit_streak_ = 0;

@@ -134,10 +134,6 @@ bool Lake::borrows(const Allocation& a) const {
 Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,
                         std::size_t lead) {
   Segment& seg = table_[s];
-  if (seg.prepared) {
-    seg.prepared = false;
-    ++stats_.prestitch_hits.current;
-  }
   Allocation a{s, first, 0, nullptr, size, size};
   std::size_t covered = 0;
   std::uint32_t claimed = 0;  // chunks taken from the pool: `s` owns them

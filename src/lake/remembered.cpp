@@ -104,8 +104,7 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
 
 // The places the same request had, newest first. Once large requests keep
 // coming back to their places, frees leave the segments behind (the step
-// takes the same chunks again); a large request that misses tells the
-// worker how large a run consolidation should make.
+// takes the same chunks again).
 Placed Lake::rung_remembered(const Request& r, const PlaceKey& key) {
   Placed p;
   if (auto it = remembered_.find(key); it != remembered_.end()) {
@@ -120,8 +119,6 @@ Placed Lake::rung_remembered(const Request& r, const PlaceKey& key) {
   }
   if (!small(r)) {
     hit_streak_ = p ? hit_streak_ + 1 : 0;
-    demand_.recent -= demand_.recent / 32;
-    if (!p) demand_.recent = std::max(demand_.recent, round_up(r.size, options_.granularity));
   }
   return p;
 }

@@ -85,12 +85,10 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
 bool Lake::extend_by(SegmentId s, std::size_t need, Budget budget) {
   std::vector<ChunkId> chosen, created;
   if (!gather_chunks(need, budget == Budget::create, &chosen, &created, s)) return false;
-  const bool stitched = chosen.size() > created.size();
   if (!table_.extend(s, chosen)) {
     release_all(created);
     return false;
   }
-  if (stitched) stitched_on_demand();
   return true;
 }
 

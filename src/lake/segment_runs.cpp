@@ -173,7 +173,7 @@ void SegmentTable::catch_up_mapping(Mapping where, bool now) {
 
 // Runs catch up with the slots taken (or given back) in one pass: a block's
 // chunks are mostly neighbouring slots in every segment that maps them (in
-// either order: a consolidated range may list them backwards), so each
+// either order: a stitched range may list them backwards), so each
 // segment's stretch of neighbouring slots grows while the slots come and
 // costs one run split or merge when it ends, instead of one per slot. Any
 // order is correct: a stretch that ends early is only one more split or merge.

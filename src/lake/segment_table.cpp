@@ -329,7 +329,6 @@ Zombie SegmentTable::detach(SegmentId s) {
   gauge(stats_.mapping_units, -static_cast<std::int64_t>(seg.chunks.size() + 1));
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_unmap({seg.va, seg.size, seg.stitched}); });
-  if (seg.prepared) stats_.prestitch_wasted_bytes.current += static_cast<std::int64_t>(seg.size);
   if (seg.reserve) std::erase(reserve_segments_, s);
   segment_at_.erase(seg.va);
   mapped_bytes_ -= seg.size;

@@ -67,10 +67,9 @@ struct Segment {
   // chunks do.
   std::uint32_t borrowed = 0;
   bool stitched = false;
-  bool prepared = false;  // stitched by the worker and not used yet
-  bool reserve = false;   // the worker's reserve: used only where new memory would be made
-  bool sealed = false;    // its room past the end is not clean: never extend it
-  bool in_use = false;    // slot holds a mapped segment
+  bool reserve = false;  // the worker's reserve: used only where new memory would be made
+  bool sealed = false;   // its room past the end is not clean: never extend it
+  bool in_use = false;   // slot holds a mapped segment
   std::uint64_t last_used = 0;
   // The newest fence a block was freed into it under: queued work may still
   // use its addresses until that fence completes, so no unmapping before.
@@ -230,9 +229,6 @@ class SegmentTable {
   std::size_t behind_chunk_count() const;
 
   // ---- the worker's ranges ----
-  // The worker laid out `range` ahead of demand (stats count it as wasted if
-  // it is unmapped before a block is placed in it).
-  void add_consolidated(SegmentId range) { segments_[range].prepared = true; }
   void add_reserve(SegmentId s);
   // A request took new memory from reserve range `s`: the range is ordinary
   // memory from now on, and the worker makes another reserve.

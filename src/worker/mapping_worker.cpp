@@ -36,8 +36,9 @@ void MappingWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void MappingWorker::wait_idle(std::unique_lock<std::mutex>& lock) {
+void MappingWorker::settle(std::unique_lock<std::mutex>& lock) {
   idle_.wait(lock, [&] { return !busy_; });
+  pending_ = false;
 }
 
 void MappingWorker::nudge() {

@@ -36,9 +36,11 @@ class MappingWorker {
   void nudge();
   // Finishes the job in progress, then stops the thread. Idempotent.
   void stop();
-  // Waits (lock held, released while waiting) until no job is under way, so
-  // that empty_cache can release every chunk. Not for malloc/free.
-  void wait_idle(std::unique_lock<std::mutex>& lock);
+  // Waits (lock held, released while waiting) until no job is under way,
+  // and drops a job nudged but not begun, so that empty_cache can release
+  // every chunk and no reserve is made after it (the next allocation asks
+  // again). Not for malloc/free.
+  void settle(std::unique_lock<std::mutex>& lock);
 
  private:
   void loop();

@@ -42,11 +42,12 @@ void note(const char* format, ...) {
 }
 
 // What the child does under the recorder: blocks that scatter free memory,
-// a request that stitches (a slow allocation; the worker consolidates), a
-// few more blocks, an out of memory after a reclaim, empty_cache, and the
-// allocator's end.
+// a request that stitches (a slow allocation), a few more blocks (the worker
+// keeps a reserve mapped ahead), an out of memory after a reclaim,
+// empty_cache, and the allocator's end.
 void child_workload() {
-  Allocator a(Config::parse("backend:host,capacity:96M,worker:inline,max_chunk:2M,nvtx:true"));
+  Allocator a(
+      Config::parse("backend:host,capacity:96M,worker:inline,max_chunk:2M,reserve:4M,nvtx:true"));
   std::vector<std::pair<void*, std::size_t>> held;
   auto allocate = [&](std::size_t bytes) {
     void* p = a.allocate(bytes);
@@ -62,8 +63,8 @@ void child_workload() {
   for (int i = 0; i < 16; ++i) allocate(2 * MiB);
   for (std::size_t i = 0; i < 16; ++i) free_block(i);
   a.process_pending_frees();
-  allocate(8 * MiB);   // stitches the scattered chunks
-  allocate(16 * MiB);  // the worker's range
+  allocate(8 * MiB);  // stitches the scattered chunks
+  allocate(16 * MiB);
   for (int i = 0; i < 6; ++i) allocate(MiB / 2 + 4096 * i);
   for (std::size_t i = 18; i < held.size(); i += 2) free_block(i);
   allocate(48 * MiB);
@@ -118,7 +119,7 @@ TEST(Nvtx, HeapsRegionsRangesAndMarkersComeInTheRightOrder) {
   std::map<std::string, int> marks, pushes, strings;
   std::string last_popped;
   int allocs = 0, frees = 0, heaps_made = 0, slow_then_rung = 0;
-  bool oom_marked = false, reclaim_before_oom = false, consolidation_in_job = false, domain = false,
+  bool oom_marked = false, reclaim_before_oom = false, reserve_in_job = false, domain = false,
        emptied = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto& w = lines[i];
@@ -171,8 +172,8 @@ TEST(Nvtx, HeapsRegionsRangesAndMarkersComeInTheRightOrder) {
       ++marks[m];
       if (m.rfind("served by", 0) == 0 && last_popped == "allocate: map or create")
         ++slow_then_rung;
-      if (m == "consolidation" && !ranges.empty() && ranges.back() == "mapping worker job")
-        consolidation_in_job = true;
+      if (m == "reserve" && !ranges.empty() && ranges.back() == "mapping worker job")
+        reserve_in_job = true;
       if (m == "reclaim" && !oom_marked) reclaim_before_oom = true;
       if (m == "out of memory") {
         oom_marked = true;
@@ -200,14 +201,14 @@ TEST(Nvtx, HeapsRegionsRangesAndMarkersComeInTheRightOrder) {
   EXPECT_TRUE(ranges.empty()) << "every push has its pop";
   EXPECT_TRUE(heaps.empty());
   for (const char* s : {"allocate: map or create", "mapping worker job", "out of memory", "reclaim",
-                        "served by stitch", "served by fragment", "consolidation"})
+                        "served by stitch", "served by fragment", "reserve"})
     EXPECT_EQ(strings[s], 1) << "registered once: " << s;
   EXPECT_GE(pushes["allocate: map or create"], 3);
   EXPECT_GE(pushes["mapping worker job"], 1);
   EXPECT_GE(marks["served by stitch"], 1);
   EXPECT_EQ(slow_then_rung, pushes["allocate: map or create"] - 1)
       << "each slow allocation but the one that ran out of memory marks its rung";
-  EXPECT_TRUE(consolidation_in_job);
+  EXPECT_TRUE(reserve_in_job);
   EXPECT_TRUE(oom_marked);
   EXPECT_TRUE(reclaim_before_oom) << "the allocator reclaims before it runs out of memory";
   std::remove(log.c_str());

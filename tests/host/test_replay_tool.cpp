@@ -309,23 +309,21 @@ TEST(ReplayTool, AllocatorTimesAreInTheJsonAndTheTable) {
               Not(HasSubstr("inline worker")));
 }
 
-// Every other one of 24 blocks of 2 MiB is freed, so an 8 MiB request must
-// stitch, and the worker, inline, then consolidates the scattered free
-// chunks inside that same call: the call less the job is faster than the
-// call (after warm-up only these last two allocations count).
+// With a reserve of 4 MiB, every request for new memory takes the reserve
+// and the next one's call makes it again, inline: that call less the job is
+// faster than the call (after warm-up only the last two allocations count).
 TEST(ReplayTool, AllocationsLessTheInlineWorkersJobsLeaveTheJobOut) {
-  std::string csv = "# memlake-trace v1 workload=scattered\nts_us,op,id,bytes,stream\n";
+  std::string csv = "# memlake-trace v1 workload=reserve\nts_us,op,id,bytes,stream\n";
   int ts = 0;
   auto event = [&](const char* op, int id, std::size_t bytes) {
     csv += std::to_string(++ts) + "," + op + "," + std::to_string(id) + "," +
            std::to_string(bytes) + ",0\n";
   };
-  for (int id = 1; id <= 24; ++id) event("alloc", id, 2 * MiB);
-  for (int id = 1; id <= 24; id += 2) event("free", id, 2 * MiB);
-  event("alloc", 100, 8 * MiB);
-  event("alloc", 101, 8 * MiB);
-  TraceFile trace("replay_tool_scattered.csv", csv);
-  const ToolRun r = run_tool({"--json", "--warmup=0.95", trace.path()});
+  for (int id = 1; id <= 36; ++id) event("alloc", id, 2 * MiB);
+  event("alloc", 100, 4 * MiB);
+  event("alloc", 101, 4 * MiB);
+  TraceFile trace("replay_tool_reserve.csv", csv);
+  const ToolRun r = run_tool({"--json", "--warmup=0.95", "--conf", "reserve:4M", trace.path()});
   ASSERT_EQ(r.status, kExitOk) << r.err;
   ASSERT_GT(json_number(r.out, "worker_vmm_ns_after_warmup").value_or(0), 0)
       << "the inline worker made no VMM call after warm-up: " << r.out;

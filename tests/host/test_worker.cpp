@@ -1,8 +1,9 @@
-// The mapping worker: it stitches scattered free chunks ahead of demand, so
-// the next large request maps nothing on the allocating thread; its jobs are
-// reproducible inline; a failing job leaves the lake as it was; shutdown
-// with a job in flight is clean; it races the allocating threads safely; and
-// every unmap and release is its own, never the allocating thread's.
+// The mapping worker: its reserve serves new memory without a VMM call on
+// the allocating thread; its jobs are reproducible inline; a failing job
+// leaves the lake as it was; shutdown with a job in flight is clean; it
+// races the allocating threads safely; and every unmap and release is its
+// own, never the allocating thread's. Chunks move from home to home as
+// requests stitch them, and blocks keep their bytes.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,12 +18,9 @@
 #include "backend/adaptors/fault_backend.hpp"
 #include "backend/host/host_backend.hpp"
 #include "memlake/allocator.hpp"
-#include "suites/stats_delta.hpp"
 
 namespace memlake {
 namespace {
-
-using test::StatsDelta;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
@@ -55,64 +53,8 @@ void scatter(Allocator& a) {
   a.process_pending_frees();
 }
 
-TEST(Worker, StitchesScatteredFreeChunksSoTheNextRequestMapsNothing) {
-  Rig rig(WorkerMode::inline_jobs);
-  Allocator& a = *rig.alloc;
-  scatter(a);
-  const std::int64_t reserved_before = a.stats().reserved_bytes.current;
-  StatsDelta d(a);
-  void* first = a.allocate(8 * MiB);  // must stitch: no run holds 8 MiB
-  EXPECT_EQ(d(&Stats::rung_stitch), 1) << d.changed();
-  EXPECT_EQ(d(&Stats::prestitch_misses), 1);
-  EXPECT_EQ(d(&Stats::worker_stitches), 1);
-  EXPECT_GT(d(&Stats::worker_vmm_calls), 0);
-  // The twelve chunks left are now one run: 16 MiB needs no mapping here.
-  d.restart();
-  void* second = a.allocate(16 * MiB);
-  EXPECT_EQ(d(&Stats::critical_path_vmm_calls), 0);
-  EXPECT_EQ(d(&Stats::prestitch_hits), 1);
-  EXPECT_EQ(d(&Stats::prestitch_misses), 0);
-  EXPECT_EQ(a.stats().reserved_bytes.current, reserved_before) << "no new memory";
-  std::memset(second, 0x5C, 16 * MiB);
-  std::memset(first, 0x3A, 8 * MiB);
-  EXPECT_EQ(static_cast<unsigned char*>(second)[16 * MiB - 1], 0x5C);
-  a.deallocate(first, 8 * MiB);
-  a.deallocate(second, 16 * MiB);
-  EXPECT_EQ(a.check_invariants(), "");
-}
-
-TEST(Worker, AConsolidatedRangeBecomesTheHomeOfTheChunksItMaps) {
-  Rig rig(WorkerMode::inline_jobs);
-  Allocator& a = *rig.alloc;
-  scatter(a);
-  lake::Lake& lake = a.impl().lake();
-  EXPECT_EQ(lake.free_run_count(), 16u) << "one run per one-chunk segment";
-  // Stitches 4 chunks; the worker maps 8 of the other 12 (twice the request
-  // that missed its place) as one range.
-  void* first = a.allocate(8 * MiB);
-  // The 8 one-chunk segments it covers no longer offer their chunks: the
-  // range's run and the 4 uncovered segments' runs are left (the stitched
-  // block's segment owns all of its chunks).
-  EXPECT_EQ(lake.free_run_count(), 1u + 4u);
-  EXPECT_EQ(a.check_invariants(), "");
-  // Requests are carved from that run without mapping anything.
-  const Stats s0 = a.stats();
-  void* second = a.allocate(16 * MiB);
-  void* third = a.allocate(2 * MiB);
-  const Stats s1 = a.stats();
-  EXPECT_EQ(s1.critical_path_vmm_calls.current, s0.critical_path_vmm_calls.current);
-  EXPECT_EQ(s1.reserved_bytes.current, s0.reserved_bytes.current) << "no new memory";
-  std::memset(third, 0x21, 2 * MiB);
-  std::memset(second, 0x5C, 16 * MiB);
-  EXPECT_EQ(static_cast<unsigned char*>(third)[2 * MiB - 1], 0x21);
-  for (auto [p, n] : {std::pair{first, 8 * MiB}, {second, 16 * MiB}, {third, 2 * MiB}})
-    a.deallocate(p, n);
-  a.process_pending_frees();
-  EXPECT_EQ(a.check_invariants(), "");
-}
-
-// Many consolidations: chunks move from home to home, each free chunk stays
-// in one run at most, and every block keeps its bytes through it all.
+// Many stitches: chunks move from home to home, each free chunk stays in
+// one run at most, and every block keeps its bytes through it all.
 TEST(Worker, ChunksMoveHomeAndBlocksKeepTheirBytes) {
   Rig rig(WorkerMode::inline_jobs);
   Allocator& a = *rig.alloc;
@@ -149,7 +91,7 @@ TEST(Worker, ChunksMoveHomeAndBlocksKeepTheirBytes) {
       ASSERT_LE(in_runs, lake.free_chunk_bytes()) << "a free chunk in two runs at step " << i;
     }
   }
-  EXPECT_GE(a.stats().worker_stitches.current, 3) << "the workload must consolidate often";
+  EXPECT_GE(a.stats().rung_stitch.current, 3) << "the workload must stitch often";
   for (const Block& b : live) {
     EXPECT_TRUE(intact(b));
     a.deallocate(b.p, b.size);
@@ -160,7 +102,7 @@ TEST(Worker, ChunksMoveHomeAndBlocksKeepTheirBytes) {
 
 TEST(Worker, InlineJobsAreReproducible) {
   auto run = [] {
-    Rig rig(WorkerMode::inline_jobs);
+    Rig rig(WorkerMode::inline_jobs, 16 * MiB);
     Allocator& a = *rig.alloc;
     std::mt19937 rng(7);
     std::vector<std::pair<void*, std::size_t>> live;
@@ -179,32 +121,41 @@ TEST(Worker, InlineJobsAreReproducible) {
     return s;
   };
   const Stats one = run(), two = run();
-  EXPECT_GT(one.worker_stitches.current, 0);
-  EXPECT_EQ(one.worker_stitches.current, two.worker_stitches.current);
+  EXPECT_GT(one.reserve_hits.current, 0);
+  EXPECT_GT(one.worker_vmm_calls.current, 0);
+  EXPECT_EQ(one.reserve_hits.current, two.reserve_hits.current);
+  EXPECT_EQ(one.worker_vmm_calls.current, two.worker_vmm_calls.current);
   EXPECT_EQ(one.vmm_calls.current, two.vmm_calls.current);
   EXPECT_EQ(one.critical_path_vmm_calls.current, two.critical_path_vmm_calls.current);
   EXPECT_EQ(one.reserved_bytes.peak, two.reserved_bytes.peak);
 }
 
-TEST(Worker, AFailingJobLeavesTheLakeAsItWas) {
-  Rig rig(WorkerMode::inline_jobs);
+// The reserve's chunks are created, then mapping them fails: they go back,
+// the request makes its own memory, and the next job makes the reserve.
+TEST(Worker, AReserveJobWhoseMappingFailsLeavesTheLakeAsItWas) {
+  Rig rig(WorkerMode::inline_jobs, 16 * MiB);
   Allocator& a = *rig.alloc;
-  scatter(a);
-  // The request's own stitch maps four chunks; the fifth map is the job's.
-  rig.fault->fail_nth(VmmOp::map, 5);
-  void* p = a.allocate(8 * MiB);
+  rig.fault->fail_nth(VmmOp::map, 1);  // the job's range: its sync point runs first
+  void* p = a.allocate(4 * MiB);
   const Stats s = a.stats();
   EXPECT_EQ(s.worker_failures.current, 1);
-  EXPECT_EQ(s.worker_stitches.current, 0);
+  EXPECT_EQ(s.reserve_bytes.current, 0);
+  EXPECT_EQ(s.reserve_misses.current, 1) << "the request made its own memory";
+  EXPECT_EQ(s.reserved_bytes.current, static_cast<std::int64_t>(4 * MiB));
+  EXPECT_EQ(rig.host->live_chunks(), static_cast<std::size_t>(s.chunks.current))
+      << "the chunks the job created were released";
   EXPECT_EQ(a.check_invariants(), "");
   rig.fault->clear();
-  std::memset(p, 1, 8 * MiB);
-  void* q = a.allocate(16 * MiB);  // still served, from the free chunks
-  EXPECT_EQ(a.stats().reserved_bytes.current, s.reserved_bytes.current);
-  a.deallocate(p, 8 * MiB);
-  a.deallocate(q, 16 * MiB);
+  std::memset(p, 0x4D, 4 * MiB);
+  void* q = a.allocate(12 * MiB);  // its sync point makes the reserve again
+  EXPECT_EQ(a.stats().reserve_hits.current, 1);
+  std::memset(q, 0x4E, 12 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[4 * MiB - 1], 0x4D);
+  EXPECT_EQ(static_cast<unsigned char*>(q)[12 * MiB - 1], 0x4E);
+  a.deallocate(p, 4 * MiB);
+  a.deallocate(q, 12 * MiB);
   a.empty_cache();
-  EXPECT_EQ(rig.host->live_chunks(), 0u) << "a chunk pinned by the failed job was not released";
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
   EXPECT_EQ(rig.host->mapped_ranges(), 0u);
   EXPECT_EQ(rig.host->reserved_ranges(), 0u);
 }
@@ -272,21 +223,42 @@ TEST(Worker, AFailingReserveJobLeaksNothing) {
   EXPECT_EQ(rig.host->mapped_ranges(), 0u);
 }
 
-TEST(Worker, ThreadDoesTheJobOffTheAllocatingThread) {
-  Rig rig(WorkerMode::thread);
+// empty_cache gives every chunk back, the reserve's too, whether the
+// worker's job is under way, asked for or not begun: none is made after it.
+TEST(Worker, EmptyCacheLeavesNoReserveBehind) {
+  Rig rig(WorkerMode::thread, 16 * MiB);
   Allocator& a = *rig.alloc;
-  scatter(a);
-  void* p = a.allocate(8 * MiB);
+  for (int round = 0; round < 50; ++round) {
+    void* p = a.allocate(4 * MiB);  // nudges the worker to make the reserve
+    a.deallocate(p, 4 * MiB);
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved_bytes.current, 0) << "round " << round;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+  EXPECT_EQ(rig.host->live_chunks(), 0u);
+  EXPECT_EQ(a.check_invariants(), "");
+}
+
+TEST(Worker, ThreadDoesTheJobOffTheAllocatingThread) {
+  Rig rig(WorkerMode::thread, 16 * MiB);
+  Allocator& a = *rig.alloc;
+  void* p = a.allocate(1 * MiB);  // nudges the worker
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (a.stats().worker_stitches.current == 0 && std::chrono::steady_clock::now() < deadline)
+  while (a.stats().reserve_bytes.current < static_cast<std::int64_t>(16 * MiB) &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const Stats s = a.stats();
-  EXPECT_EQ(s.worker_stitches.current, 1);
+  EXPECT_EQ(s.reserve_bytes.current, static_cast<std::int64_t>(16 * MiB));
   EXPECT_GT(s.worker_vmm_calls.current, 0);
-  void* q = a.allocate(16 * MiB);
-  EXPECT_EQ(a.stats().critical_path_vmm_calls.current, s.critical_path_vmm_calls.current);
-  a.deallocate(p, 8 * MiB);
-  a.deallocate(q, 16 * MiB);
+  void* q = a.allocate(14 * MiB);
+  const Stats s2 = a.stats();
+  EXPECT_EQ(s2.critical_path_vmm_calls.current, s.critical_path_vmm_calls.current);
+  EXPECT_EQ(s2.reserve_hits.current, s.reserve_hits.current + 1);
+  std::memset(q, 0x71, 14 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(q)[14 * MiB - 1], 0x71);
+  a.deallocate(p, 1 * MiB);
+  a.deallocate(q, 14 * MiB);
   a.empty_cache();
   EXPECT_EQ(rig.host->live_chunks(), 0u);
   EXPECT_EQ(a.check_invariants(), "");
@@ -332,11 +304,10 @@ TEST(Worker, TheAllocatingThreadNeverUnmapsOrReleases) {
 
 TEST(Worker, ShutdownWithAJobInFlightIsClean) {
   for (int round = 0; round < 3; ++round) {
-    Rig rig(WorkerMode::thread);
+    Rig rig(WorkerMode::thread, 64 * MiB);
     rig.fault->add_latency(VmmOp::map, std::chrono::milliseconds(2));
     Allocator& a = *rig.alloc;
-    scatter(a);
-    void* p = a.allocate(8 * MiB);  // nudges the worker into a slow job
+    void* p = a.allocate(8 * MiB);  // nudges the worker into a slow reserve job
     a.deallocate(p, 8 * MiB);
     EXPECT_EQ(a.check_invariants(), "");
     // The allocator (and its worker) go now, mid-job.
@@ -344,7 +315,7 @@ TEST(Worker, ShutdownWithAJobInFlightIsClean) {
 }
 
 TEST(Worker, RacesAllocatingThreadsSafely) {
-  Rig rig(WorkerMode::thread);
+  Rig rig(WorkerMode::thread, 16 * MiB);
   Allocator& a = *rig.alloc;
   std::atomic<int> corrupt{0};
   std::vector<std::thread> threads;

@@ -109,6 +109,7 @@ class Soak {
     c.backend = BackendKind::host;
     c.capacity = o.capacity;
     c.worker = o.worker_thread ? WorkerMode::thread : WorkerMode::inline_jobs;
+    c.reserve = o.reserve;
     alloc_ = std::make_unique<Allocator>(c, std::move(fault));
     for (int i = 0; i < o.streams; ++i) streams_.push_back(alloc_->create_stream());
   }

@@ -28,6 +28,7 @@ struct SoakOptions {
   std::size_t max_mappings = 4096;              // HostBackend's emulated limit (0: the machine's)
   std::uint64_t seed = 1;
   bool worker_thread = true;  // worker:thread, else worker:inline
+  std::size_t reserve = 0;    // the worker's reserve (Config::reserve): its jobs create and map
   // Reads MEMLAKE_SOAK_OPS, MEMLAKE_SOAK_SECONDS, MEMLAKE_SOAK_CAPACITY,
   // MEMLAKE_SOAK_FAULTS, MEMLAKE_SOAK_MAX_MAPPINGS, MEMLAKE_SOAK_SEED over
   // these defaults.

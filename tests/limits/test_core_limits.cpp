@@ -126,12 +126,12 @@ SoakOptions one_stream(std::size_t max_mappings, bool worker_thread) {
 }
 
 // The workload needs no more mappings than the limit: without a limit it
-// completes, and its cache holds several times the limit. This one runs
+// completes, and its cache holds more than twice the limit. This one runs
 // always; it keeps the tests below honest.
 TEST(CoreLimits, TheWorkloadHoldsSeveralTimesTheLimitWithoutOne) {
   const SoakReport r = run_soak(one_stream(0, false));
   std::printf("[ soak     ] %s\n", r.summary().c_str());
-  EXPECT_GT(r.peak_mapping_units, 3 * kLimit);
+  EXPECT_GT(r.peak_mapping_units, 2 * kLimit);
   EXPECT_EQ(r.exhaustion_errors(), 0u);
   EXPECT_EQ(r.chunks_left, 0u);
 }
@@ -218,6 +218,7 @@ TEST(CoreLimits, AHeapFailureOnTheWorkerThreadDoesNotEndTheProcess) {
         fail_heap_on_worker_threads(true);
         SoakOptions o = one_stream(0, true);
         o.operations = 10'000;
+        o.reserve = 64 * kMiB;
         const SoakReport r = run_soak(o);
         std::fprintf(stderr, "%s\nheap failures on the worker's thread: %llu\n",
                      r.summary().c_str(), static_cast<unsigned long long>(heap_failures()));

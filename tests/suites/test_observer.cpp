@@ -58,8 +58,7 @@ TEST_F(CoreTest, ObserversHearEveryKindOfEvent) {
   void* small = a->allocate(1000);
   EXPECT_EQ(log.allocs.back().size, 1024u) << "rounded to 512 bytes";
 
-  // Four scattered chunks stitched: a stitched map; the worker then
-  // consolidates what is left (inline).
+  // Four scattered chunks stitched: a stitched map.
   auto b = make(64 * MiB, c);
   Log log_b;
   b->add_observer(&log_b);
@@ -68,12 +67,8 @@ TEST_F(CoreTest, ObserversHearEveryKindOfEvent) {
   for (void* q : ps) b->deallocate(q, 2 * MiB);
   void* big = b->allocate(8 * MiB);
   EXPECT_EQ(log_b.allocs.back().rung, Rung::stitch);
-  EXPECT_TRUE(log_b.maps.back().stitched || !log_b.jobs.empty());
-  ASSERT_FALSE(log_b.jobs.empty()) << "the stitch leaves the worker a consolidation";
-  EXPECT_EQ(log_b.jobs[0].kind, WorkerJobKind::consolidation);
-  EXPECT_FALSE(log_b.jobs[0].failed);
-  EXPECT_GT(log_b.jobs[0].bytes, 0u);
-  EXPECT_LE(log_b.jobs[0].start_ns, log_b.jobs[0].end_ns);
+  EXPECT_TRUE(log_b.maps.back().stitched);
+  EXPECT_EQ(log_b.maps.back().bytes, 8 * MiB);
 
   // empty_cache: ranges unmapped, chunks released, one reclaim.
   b->deallocate(big, 8 * MiB);
@@ -92,6 +87,25 @@ TEST_F(CoreTest, ObserversHearEveryKindOfEvent) {
   }
   ASSERT_EQ(log_b.ooms.size(), 1u);
   EXPECT_EQ(log_b.ooms[0], 65 * MiB);
+
+  // A worker job: the reserve made at the first allocation's sync point
+  // (inline), then made again once a request took it.
+  Config rc = c;
+  rc.reserve = 4 * MiB;
+  auto r = make(64 * MiB, rc);
+  Log log_r;
+  r->add_observer(&log_r);
+  void* from_reserve = r->allocate(3 * MiB);
+  ASSERT_FALSE(log_r.jobs.empty()) << "the worker makes its reserve";
+  EXPECT_EQ(log_r.jobs[0].kind, WorkerJobKind::reserve);
+  EXPECT_FALSE(log_r.jobs[0].failed);
+  EXPECT_EQ(log_r.jobs[0].bytes, 4 * MiB);
+  EXPECT_LE(log_r.jobs[0].start_ns, log_r.jobs[0].end_ns);
+  EXPECT_EQ(log_r.allocs.back().rung, Rung::reserve);
+  r->deallocate(from_reserve, 3 * MiB);
+  r->deallocate(r->allocate(1 * MiB), 1 * MiB);
+  EXPECT_EQ(log_r.jobs.size(), 2u) << "taking the reserve leaves the worker a new one to make";
+  EXPECT_INVARIANTS(*r);
 
   // A removed observer hears nothing more.
   a->remove_observer(&log);

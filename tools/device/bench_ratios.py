@@ -17,7 +17,7 @@ import sys
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 ALLOCATORS = [
-    "memlake", "memlake_noworker", "memlake_prestitched", "memlake_1g_chunks",
+    "memlake", "memlake_noworker", "memlake_1g_chunks",
     "cuda_async", "cuda_malloc", "memlake_host",
 ]
 OPS = ["cached", "new", "stitch", "stitch_cached", "stitch_host"]
@@ -119,8 +119,7 @@ def main(argv):
         if r_malloc is not None:
             print(f"  cached {fmt_size(op, arg)}: cuda_malloc / memlake = {1 / r_malloc:.1f}x "
                   f"(target >= 10x): {'met' if r_malloc <= 0.1 else 'NOT met'}")
-    for alloc, how in (("memlake", "default config"), ("memlake_noworker", "worker off"),
-                       ("memlake_prestitched", "mapped ahead by the worker")):
+    for alloc, how in (("memlake", "default config"), ("memlake_noworker", "worker off")):
         s = times.get(("stitch", 512, alloc))
         if s is not None:
             print(f"  1 GiB from 512 free 2 MiB chunks, {how}, on the allocating thread: "

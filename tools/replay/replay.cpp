@@ -449,8 +449,7 @@ class MemlakeReplay {
     step.worker_vmm_calls = delta(&Stats::worker_vmm_calls);
     step.reserve_hits = delta(&Stats::reserve_hits);
     step.reserve_misses = delta(&Stats::reserve_misses);
-    step.prestitch_hits = delta(&Stats::prestitch_hits);
-    step.prestitch_misses = delta(&Stats::prestitch_misses);
+    step.stitches = delta(&Stats::stitches);
     step.alloc_ns = since(allocs_at_step_);
     r_.steps.push_back(step);
     at_step_ = now;

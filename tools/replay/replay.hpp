@@ -110,7 +110,7 @@ struct StepReport {
   std::int64_t critical_path_vmm_calls = 0;
   std::int64_t worker_vmm_calls = 0;
   std::int64_t reserve_hits = 0, reserve_misses = 0;
-  std::int64_t prestitch_hits = 0, prestitch_misses = 0;
+  std::int64_t stitches = 0;  // stitched ranges built
   Percentiles alloc_ns;
 };
 

@@ -109,8 +109,7 @@ std::string steps_json(const Trace& t, const std::vector<StepReport>& steps) {
     step.key("critical_path_vmm_calls").i(st.critical_path_vmm_calls);
     step.key("worker_vmm_calls").i(st.worker_vmm_calls);
     step.key("reserve_hits").i(st.reserve_hits).key("reserve_misses").i(st.reserve_misses);
-    step.key("prestitch_hits").i(st.prestitch_hits);
-    step.key("prestitch_misses").i(st.prestitch_misses);
+    step.key("stitches").i(st.stitches);
     step.key("alloc_ns").raw(percentiles_json(st.alloc_ns));
     return step.done();
   });

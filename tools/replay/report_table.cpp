@@ -177,11 +177,9 @@ void print_after_warmup(std::FILE* out, const Trace& t, const MemlakeResult& m) 
 // The worker, the allocation paths, stitches and OOMs.
 void print_counters(std::FILE* out, const Stats& s) {
   line(out, "worker",
-       count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.worker_stitches.current) +
-           " ranges stitched ahead; pre-stitch hits " + count(s.prestitch_hits.current) +
-           ", misses " + count(s.prestitch_misses.current) + ", wasted " +
-           mib(static_cast<std::uint64_t>(s.prestitch_wasted_bytes.current)) + "; reserve hits " +
-           count(s.reserve_hits.current) + ", misses " + count(s.reserve_misses.current));
+       count(s.worker_vmm_calls.current) + " VMM calls, " + count(s.evictions.current) +
+           " ranges evicted; reserve hits " + count(s.reserve_hits.current) + ", misses " +
+           count(s.reserve_misses.current));
   std::string rungs;
 #define MEMLAKE_RUNG_COUNT(name, help) \
   if (s.rung_##name.current)           \
