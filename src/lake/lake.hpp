@@ -18,6 +18,7 @@
 // Not thread-safe: the allocator holds its lock.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -185,6 +186,9 @@ class Lake final : private ChunkPool::Client {
   Placed rung_fragment(const Request& r);
   Placed rung_idle_segment(const Request& r);
   Placed rung_continuation(const Request& r, bool extend, Budget budget);
+  // Whether a large block of `size` grows one freed lately (rungs.cpp);
+  // with `grown`, one that had itself grown: a buffer that keeps growing.
+  bool grows(std::size_t size, bool grown) const;
   Placed rung_run_between_pieces(const Request& r);
   Placed rung_free_run(const Request& r);
   Placed rung_grow(const Request& r, Budget budget);
@@ -263,6 +267,14 @@ class Lake final : private ChunkPool::Client {
   // Chunks whose last piece was left free by a recent placement: where the
   // next large block may continue (newest last). Validated on use.
   std::vector<ChunkId> recent_tails_;
+  // The last large blocks freed, and whether each had grown one before it:
+  // how a buffer that grows step by step is told from sizes that vary.
+  struct Freed {
+    std::size_t size = 0;
+    bool grew = false;
+  };
+  std::array<Freed, 8> freed_{};
+  std::size_t freed_next_ = 0;
   // Where requests were placed, newest last, by PlaceKey.
   std::unordered_map<PlaceKey, std::vector<DevicePtr>, PlaceKeyHash> remembered_;
   // Large blocks only. A size's entry goes when its last block is freed and

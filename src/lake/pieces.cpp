@@ -108,7 +108,8 @@ FenceId Lake::record(DevicePtr ptr, const Allocation& a) {
     fence = std::max(fence, use_[c].fence);
     if (small) fragments_.small_block_added(c, use_[c].pieces);
   }
-  allocations_.emplace(ptr, a);
+  const auto entry = allocations_.emplace(ptr, a).first;
+  entry->second.grows = a.size > options_.small_max && grows(a.size, false);
   allocated_bytes_ += a.size;
   count_size(a.size, +1);
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, true);
@@ -250,6 +251,7 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
   count_size(a.size, -1);
+  if (a.size > options_.small_max) freed_[freed_next_++ % freed_.size()] = {a.size, a.grows};
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, false);
   // Giving chunks back changes who holds them only; the range stays mapped.
   // Its own chunks unpin it once; borrowed ends unpin their owners.

@@ -48,11 +48,28 @@ Placed Lake::rung_free_run(const Request& r) {
   return place_span(Rung::free_run, s, start, nullptr, r.size, lead);
 }
 
+// At most a 32nd larger than a block freed lately (a decoder's keys and
+// values some tokens longer); a block of the same size as one that had
+// grown keeps growing (the buffer's size moves in steps of its rounding).
+bool Lake::grows(std::size_t size, bool grown) const {
+  return std::any_of(freed_.begin(), freed_.end(), [&](const Freed& f) {
+    if (f.size == size) return f.grew && !grown;  // the same size again: still growing
+    return f.size < size && size - f.size <= size / 32 && (f.grew || !grown);
+  });
+}
+
 // A block may start in the free tail of a recent block's last chunk and run
 // on into the free chunks mapped after it, so no tail is wasted and nothing
 // is mapped; with `extend`, chunks are mapped after the range's end (its
 // reserved room) when the tail chunk is the last one.
 Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
+  // A buffer that keeps growing (it grew a block that had grown one) is not
+  // laid after another block: in a range of its own it leaves an idle range,
+  // or room at the range's end, that its next, slightly larger version takes
+  // with little or no mapping, where laid end to end every version maps its
+  // whole size again (docs/benchmarks.md, "Blocks laid end to end and
+  // requests that grow"). One growth alone may be chance.
+  if (extend && grows(r.size, true)) return {};
   read_segments();
   const std::size_t size = r.size;
   for (auto it = recent_tails_.rbegin(); it != recent_tails_.rend(); ++it) {

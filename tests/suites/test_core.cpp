@@ -110,6 +110,41 @@ TEST_F(CoreTest, RungsOfNewMemoryIdleSegmentFragmentGrowAndStitch) {
   EXPECT_INVARIANTS(*b);
 }
 
+// A buffer that grows a little at each step, replaced by its longer copy
+// (a decoder's keys and values): once it has grown twice, each version takes
+// a range of its own, so the next finds an idle range or room at its end
+// and maps at most the granule it grows into, where laid after its
+// predecessor's tail every version would map its whole size again. Every
+// version keeps its bytes.
+TEST_F(CoreTest, ABufferThatKeepsGrowingMapsOnlyWhatItGrowsBy) {
+  Config c = base_config();
+  c.max_chunk = 2 * MiB;
+  auto a = make(256 * MiB, c);
+  std::size_t size = 10 * MiB + 12345;
+  void* old = a->allocate(size);
+  platform_->fill(old, size, 1);
+  std::int64_t calls_after_warmup = 0;
+  for (int step = 0; step < 40; ++step) {
+    const std::size_t longer = size + 64 * KiB;
+    const std::int64_t before = a->stats().critical_path_vmm_calls.current;
+    void* next = a->allocate(longer);
+    if (step >= 4) calls_after_warmup += a->stats().critical_path_vmm_calls.current - before;
+    ASSERT_TRUE(platform_->check(old, size, static_cast<unsigned char>(step + 1))) << step;
+    platform_->fill(next, longer, static_cast<unsigned char>(step + 2));
+    a->deallocate(old, size);
+    a->process_pending_frees();
+    old = next;
+    size = longer;
+  }
+  // 36 steps grow the buffer by 2.25 MiB: at most three granules crossed,
+  // three calls each (create, map, access). Laid after its predecessor's
+  // tail, the buffer made 20.
+  EXPECT_LE(calls_after_warmup, 9) << "critical-path VMM calls over 36 steps";
+  EXPECT_TRUE(platform_->check(old, size, 41));
+  a->deallocate(old, size);
+  EXPECT_INVARIANTS(*a);
+}
+
 // A range whose free chunks lie at its start and at its end, and a request
 // larger than all free memory: growing the range at its end could not map
 // the chunks at its start again and would make new memory for them too; a
