@@ -138,7 +138,7 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
     look_at_fences();
     p = lake_.place(request, lake::Budget::map, /*from=*/lake::Budget::map);
   }
-  // A synchronization point: frees came back, or this request had to stitch.
+  // A synchronization point: frees came back, or a request took the reserve.
   // A job unmaps only what was freed under completed fences.
   if (worker_.has_work()) {
     look_at_fences();

@@ -37,10 +37,8 @@ struct PhysicalChunk {
   ChunkHandle handle = 0;
   std::size_t size = 0;
   ClientId holder = kNoClient;  // kNoClient: free
-  // Worker jobs mapping it without the lock: it may not be released.
-  std::uint32_t pins = 0;
-  bool in_use = false;   // the slot holds a chunk
-  bool reserve = false;  // created by the worker ahead of demand, not taken since
+  bool in_use = false;          // the slot holds a chunk
+  bool reserve = false;         // created by the worker ahead of demand, not taken since
 };
 
 class ChunkPool {
@@ -81,8 +79,6 @@ class ChunkPool {
   void give_back(ChunkId id);
   bool is_free(ChunkId id) const { return chunks_[id].holder == kNoClient; }
 
-  void pin(ChunkId id) { ++chunks_[id].pins; }
-  void unpin(ChunkId id) { --chunks_[id].pins; }
   void mark_reserve(ChunkId id);
   void clear_reserve(ChunkId id);
 

@@ -85,7 +85,7 @@ std::size_t Lake::reclaim() {
   const bool clean = table_.unmap_unpinned();
   std::vector<ChunkId> unmapped;
   for (auto [size, c] : pool_.free_set())
-    if (table_.maps(c).mapped_in.empty() && pool_[c].pins == 0) unmapped.push_back(c);
+    if (table_.maps(c).mapped_in.empty()) unmapped.push_back(c);
   std::size_t released = 0;
   Status refused = Status::ok;  // the first release the backend refused
   for (ChunkId c : unmapped) {

@@ -186,9 +186,10 @@ class Lake final : private ChunkPool::Client {
   Placed rung_fragment(const Request& r);
   Placed rung_idle_segment(const Request& r);
   Placed rung_continuation(const Request& r, bool extend, Budget budget);
-  // Whether a large block of `size` grows one freed lately (rungs.cpp);
-  // with `grown`, one that had itself grown: a buffer that keeps growing.
-  bool grows(std::size_t size, bool grown) const;
+  // Whether a large block of `size` grows one freed lately, and whether it
+  // grows one that had itself grown: a buffer that keeps growing (rungs.cpp).
+  bool grows_a_freed_block(std::size_t size) const;
+  bool keeps_growing(std::size_t size) const;
   Placed rung_run_between_pieces(const Request& r);
   Placed rung_free_run(const Request& r);
   Placed rung_grow(const Request& r, Budget budget);

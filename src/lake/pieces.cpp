@@ -108,8 +108,9 @@ FenceId Lake::record(DevicePtr ptr, const Allocation& a) {
     fence = std::max(fence, use_[c].fence);
     if (small) fragments_.small_block_added(c, use_[c].pieces);
   }
-  const auto entry = allocations_.emplace(ptr, a).first;
-  entry->second.grows = a.size > options_.small_max && grows(a.size, false);
+  Allocation entry = a;
+  entry.grows = a.size > options_.small_max && grows_a_freed_block(a.size);
+  allocations_.emplace(ptr, entry);
   allocated_bytes_ += a.size;
   count_size(a.size, +1);
   if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, true);

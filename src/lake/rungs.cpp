@@ -13,6 +13,11 @@ namespace {
 // a granule is a third or more of the block. Larger ones continue their
 // tails in place instead (the continuation and extend rungs).
 constexpr std::size_t kBorrowMaxGranules = 2;
+
+// At most a 32nd larger: a decoder's keys and values some tokens longer.
+bool a_little_larger(std::size_t size, std::size_t than) {
+  return than < size && size - than <= size / 32;
+}
 }  // namespace
 
 // Small requests share the free space of chunks already in use: beside
@@ -48,14 +53,20 @@ Placed Lake::rung_free_run(const Request& r) {
   return place_span(Rung::free_run, s, start, nullptr, r.size, lead);
 }
 
-// At most a 32nd larger than a block freed lately (a decoder's keys and
-// values some tokens longer); a block of the same size as one that had
-// grown keeps growing (the buffer's size moves in steps of its rounding).
-bool Lake::grows(std::size_t size, bool grown) const {
+// A block grows a freed one when it is a little larger, or when it repeats
+// the size of one that had grown (the buffer's size moves in steps of its
+// rounding, so most versions repeat the last size).
+bool Lake::grows_a_freed_block(std::size_t size) const {
   return std::any_of(freed_.begin(), freed_.end(), [&](const Freed& f) {
-    if (f.size == size) return f.grew && !grown;  // the same size again: still growing
-    return f.size < size && size - f.size <= size / 32 && (f.grew || !grown);
+    return a_little_larger(size, f.size) || (f.size == size && f.grew);
   });
+}
+
+// A request keeps growing when it is a little larger than a freed block
+// that had grown one: a single growth may be chance.
+bool Lake::keeps_growing(std::size_t size) const {
+  return std::any_of(freed_.begin(), freed_.end(),
+                     [&](const Freed& f) { return f.grew && a_little_larger(size, f.size); });
 }
 
 // A block may start in the free tail of a recent block's last chunk and run
@@ -68,8 +79,8 @@ Placed Lake::rung_continuation(const Request& r, bool extend, Budget budget) {
   // or room at the range's end, that its next, slightly larger version takes
   // with little or no mapping, where laid end to end every version maps its
   // whole size again (docs/benchmarks.md, "Blocks laid end to end and
-  // requests that grow"). One growth alone may be chance.
-  if (extend && grows(r.size, true)) return {};
+  // requests that grow").
+  if (extend && keeps_growing(r.size)) return {};
   read_segments();
   const std::size_t size = r.size;
   for (auto it = recent_tails_.rbegin(); it != recent_tails_.rend(); ++it) {

@@ -70,7 +70,7 @@ struct Allocation {
   Piece* piece = nullptr;     // its first piece
   std::size_t size = 0;       // rounded to kAlignment
   std::size_t requested = 0;  // as asked
-  bool grows = false;         // a little larger than a block freed lately (Lake::grows)
+  bool grows = false;         // grew a block freed lately (Lake::grows_a_freed_block)
 };
 
 }  // namespace memlake::lake

@@ -1,7 +1,7 @@
 // The background mapping worker: one thread per allocator that does VMM work
-// ahead of demand, so the allocating thread finds mapped free runs instead
-// of stitching. It is nudged once per allocation, after the rungs that make
-// no new memory (a request that had to stitch leaves it work); it never
+// off the allocating thread: it keeps the reserve created and mapped, and
+// unmaps ranges over the mapping budget. It is nudged once per allocation,
+// after the rungs that make no new memory, when it has work; it never
 // polls, and the allocating thread never waits for it (if a job is under
 // way, a request that needs mapping does it itself).
 //
