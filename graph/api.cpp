@@ -69,6 +69,15 @@ void check_exclusive_group(Allocator& alloc, ExclusiveGroupId group) {
   graphs(alloc, [&](graph::GraphPools& g) { g.check_group(group); });
 }
 
+std::vector<PoolBlock> pool_blocks(Allocator& alloc, PoolId pool) {
+  return graphs(alloc, [&](graph::GraphPools& g) { return g.live_blocks(pool); });
+}
+
+std::vector<void*> restore_pool(Allocator& alloc, PoolId pool,
+                                const std::vector<PoolBlock>& blocks) {
+  return graphs(alloc, [&](graph::GraphPools& g) { return g.restore(pool, blocks); });
+}
+
 void launch_exclusive(Allocator& alloc, PoolId pool, GraphHandle graph, Stream stream) {
   graphs(alloc, [&](graph::GraphPools& g) { g.launch(pool, graph, stream); });
 }

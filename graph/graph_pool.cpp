@@ -58,6 +58,19 @@ lake::Placed GraphPool::allocate(std::size_t bytes, StreamHandle stream) {
   return placed;
 }
 
+lake::Placed GraphPool::allocate_at(DevicePtr ptr, std::size_t bytes, StreamHandle stream) {
+  auto it = placements_.find(stream);
+  if (it == placements_.end()) return {};
+  const lake::Placed placed = it->second->lake.place_at(
+      ptr, lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment));
+  if (placed) {
+    live_bytes_ += placed.size;
+    ++live_blocks_;
+    ++allocations_;
+  }
+  return placed;
+}
+
 void GraphPool::free(DevicePtr ptr, std::size_t size, StreamHandle owner, StreamHandle stream,
                      bool shared) {
   live_bytes_ -= size;

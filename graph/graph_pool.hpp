@@ -43,6 +43,10 @@ class GraphPool {
   // Places `bytes` for `stream`; empty when the pool cannot grow (the
   // refusal is in last_refusal()).
   lake::Placed allocate(std::size_t bytes, StreamHandle stream);
+  // Places `bytes` for `stream` at `ptr`, where a block of the pool was
+  // before and whose bytes are free again (a checkpoint put back); empty
+  // when they are not.
+  lake::Placed allocate_at(DevicePtr ptr, std::size_t bytes, StreamHandle stream);
   // The block at `ptr`, of `size` bytes, allocated on `owner`, is freed on
   // `stream`; `shared` when it was used on other streams too.
   void free(DevicePtr ptr, std::size_t size, StreamHandle owner, StreamHandle stream, bool shared);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "backend/backend_detail.hpp"
 #include "common/stat_update.hpp"
@@ -265,16 +266,7 @@ void* GraphPools::allocate(std::size_t bytes, StreamHandle stream) {
                               ", capacity " + mib(chunks_.capacity()) + "; " + p.last_refusal(),
                           bytes);
     }
-    blocks_.emplace(placed.ptr, Block{&p, placed.size, bytes, stream, false});
-    ++stats_.graph_allocs.current;
-    gauge(stats_.graph_pool_live_bytes, static_cast<std::int64_t>(placed.size));
-    refresh_mapped();
-    void* ptr = reinterpret_cast<void*>(placed.ptr);
-    if (MEMLAKE_UNLIKELY(!observers_.empty()))
-      observers_.each([&](Observer& o) {
-        o.on_alloc({ptr, bytes, placed.size, stream, placed.rung, 0});
-      });
-    return ptr;
+    return enter(p, placed, bytes, stream);
   }
   CaptureState state = CaptureState::none;
   std::uint64_t capture = 0;
@@ -290,6 +282,20 @@ void* GraphPools::allocate(std::size_t bytes, StreamHandle stream) {
     misuse(buf);
   }
   return nullptr;
+}
+
+void* GraphPools::enter(GraphPool& p, const lake::Placed& placed, std::size_t bytes,
+                        StreamHandle stream) {
+  blocks_.emplace(placed.ptr, Block{&p, placed.size, bytes, stream, false});
+  ++stats_.graph_allocs.current;
+  gauge(stats_.graph_pool_live_bytes, static_cast<std::int64_t>(placed.size));
+  refresh_mapped();
+  void* ptr = reinterpret_cast<void*>(placed.ptr);
+  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+    observers_.each([&](Observer& o) {
+      o.on_alloc({ptr, bytes, placed.size, stream, placed.rung, 0});
+    });
+  return ptr;
 }
 
 bool GraphPools::deallocate(DevicePtr ptr, std::size_t bytes, StreamHandle stream) {
@@ -327,6 +333,80 @@ std::optional<std::size_t> GraphPools::requested_size(DevicePtr ptr) const {
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return std::nullopt;
   return it->second.requested;
+}
+
+// --- checkpoints ------------------------------------------------------------------
+
+std::vector<PoolBlock> GraphPools::live_blocks(PoolId id) {
+  GraphPool& p = pool(id, "pool_blocks");
+  std::vector<PoolBlock> out;
+  out.reserve(p.live_blocks());
+  for (const auto& [ptr, b] : blocks_)
+    if (b.pool == &p) out.push_back(PoolBlock{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+  std::sort(out.begin(), out.end(),
+            [](const PoolBlock& x, const PoolBlock& y) { return x.ptr < y.ptr; });
+  return out;
+}
+
+std::size_t GraphPools::place_back(GraphPool& p, const std::vector<PoolBlock>& blocks) {
+  blocks_.reserve(blocks_.size() + blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const PoolBlock& b = blocks[i];
+    const auto ptr = reinterpret_cast<DevicePtr>(b.ptr);
+    const lake::Placed placed =
+        blocks_.count(ptr) ? lake::Placed{} : p.allocate_at(ptr, b.size, b.stream);
+    if (!placed) return i;
+    enter(p, placed, b.size, b.stream);
+  }
+  return blocks.size();
+}
+
+// What was live goes first (freed on its own stream, so its memory is the
+// pool's again at once), then the checkpoint's blocks go back where they
+// were. Either every block goes back or, on the first that cannot, the ones
+// placed are freed and what was live is placed back: the pool is as it was.
+std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& blocks) {
+  GraphPool& p = pool(id, "restore_pool");
+  if (p.released)
+    misuse("restore_pool: graph pool " + name(id) +
+           " was released; its memory goes with its last block");
+  if (p.group().id != 0)
+    misuse("restore_pool: graph pool " + name(id) +
+           " belongs to an exclusive group, whose chunks its other graphs overwrite: "
+           "checkpoints are for pools of their own");
+  const std::vector<PoolBlock> live = live_blocks(id);
+  for (const PoolBlock& b : live)
+    if (blocks_.at(reinterpret_cast<DevicePtr>(b.ptr)).shared) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf,
+                    "restore_pool: block %p of graph pool %s was used on another stream "
+                    "(record_stream): its memory is held until the pool is released, so the "
+                    "pool cannot be put back",
+                    b.ptr, name(id).c_str());
+      misuse(buf);
+    }
+  for (const PoolBlock& b : live) deallocate(reinterpret_cast<DevicePtr>(b.ptr), 0, b.stream);
+  const std::size_t placed = place_back(p, blocks);
+  if (placed == blocks.size()) {
+    std::vector<void*> freed;
+    freed.reserve(live.size());
+    for (const PoolBlock& b : live) freed.push_back(b.ptr);
+    return freed;
+  }
+  for (std::size_t i = 0; i < placed; ++i)
+    deallocate(reinterpret_cast<DevicePtr>(blocks[i].ptr), 0, blocks[i].stream);
+  if (place_back(p, live) != live.size())
+    throw std::logic_error("memlake: restore_pool: the live blocks of graph pool " + name(id) +
+                           " could not be placed back");
+  const PoolBlock& b = blocks[placed];
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "restore_pool: block %p (%zu bytes, stream %p) cannot go back to graph pool %s: "
+                "its bytes are not free in the pool's memory of that stream once its live blocks "
+                "are freed (another block of the list holds them, or they were never the "
+                "pool's); the pool is as it was",
+                b.ptr, b.size, b.stream, name(id).c_str());
+  misuse(buf);
 }
 
 // --- release ----------------------------------------------------------------------

@@ -81,6 +81,11 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // while a capture is under way.
   void release_pending();
 
+  // Checkpoints (memlake/graph.hpp): a pool's live blocks, in address
+  // order, and the pool put back to such a list.
+  std::vector<PoolBlock> live_blocks(PoolId id);
+  std::vector<void*> restore(PoolId id, const std::vector<PoolBlock>& blocks);
+
   GraphPoolStats pool_stats(PoolId id) const;
   std::size_t group_bytes(ExclusiveGroupId group) const;
   void check_group(ExclusiveGroupId group);
@@ -124,6 +129,11 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // Gives the blocks of an exclusive pool that outlive its capture chunks
   // of their own (see end_allocate).
   void keep_captured_blocks(GraphPool& p);
+  // Enters a block placed in `p` for `bytes` on `stream`.
+  void* enter(GraphPool& p, const lake::Placed& placed, std::size_t bytes, StreamHandle stream);
+  // Places each block in `p` at its address; returns how many went back
+  // (all of them, or the first that could not go back is blocks[n]).
+  std::size_t place_back(GraphPool& p, const std::vector<PoolBlock>& blocks);
   void refresh_mapped();
   void check_overlaps(ExclusiveGroup& group);
   [[noreturn]] void misuse(const std::string& message) const;

@@ -1,7 +1,9 @@
 // The C API of CUDA graph pools (memlake.h) and PyTorch's graph-pool hooks
 // (memlake/torch_hooks.h), over memlake/graph.hpp.
+#include <algorithm>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "c_api_table.hpp"
 #include "memlake/errors.hpp"
@@ -149,6 +151,41 @@ int memlake_exclusive_group_bytes(int device, uint64_t group, uint64_t* out) {
   return status_of([&] {
     if (out == nullptr) throw misuse("memlake_exclusive_group_bytes: null output pointer");
     *out = exclusive_group_bytes(known("memlake_exclusive_group_bytes", device), group);
+  });
+}
+
+int memlake_pool_blocks(int device, memlake_pool_id pool, memlake_pool_block* out, size_t capacity,
+                        size_t* count) {
+  return status_of([&] {
+    if (count == nullptr || (out == nullptr && capacity != 0))
+      throw misuse("memlake_pool_blocks: null output pointer");
+    const std::vector<PoolBlock> blocks =
+        pool_blocks(known("memlake_pool_blocks", device), id_of(pool));
+    for (std::size_t i = 0; i < blocks.size() && i < capacity; ++i)
+      out[i] = memlake_pool_block{blocks[i].ptr, blocks[i].size, blocks[i].stream};
+    *count = blocks.size();
+  });
+}
+
+int memlake_restore_pool(int device, memlake_pool_id pool, const memlake_pool_block* blocks,
+                         size_t n, void** freed, size_t capacity, size_t* freed_count) {
+  return status_of([&] {
+    if (freed_count == nullptr || (freed == nullptr && capacity != 0) ||
+        (blocks == nullptr && n != 0))
+      throw misuse("memlake_restore_pool: null pointer");
+    Allocator& a = known("memlake_restore_pool", device);
+    // The room is checked before anything changes: the live blocks are what
+    // will be freed.
+    const std::size_t live = pool_blocks(a, id_of(pool)).size();
+    if (live > capacity)
+      throw misuse("memlake_restore_pool: room for " + std::to_string(capacity) +
+                   " freed pointers, and the pool has " + std::to_string(live) + " live blocks");
+    std::vector<PoolBlock> to(n);
+    for (std::size_t i = 0; i < n; ++i)
+      to[i] = PoolBlock{blocks[i].ptr, blocks[i].size, blocks[i].stream};
+    const std::vector<void*> gone = restore_pool(a, id_of(pool), to);
+    std::copy(gone.begin(), gone.end(), freed);
+    *freed_count = gone.size();
   });
 }
 

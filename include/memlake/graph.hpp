@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "memlake/allocator.hpp"
 
@@ -122,6 +123,27 @@ void check_exclusive_group(Allocator& alloc, ExclusiveGroupId group);
 // exclusive pool the launch first waits, GPU-side, for the group's previous
 // launch, and the next one waits for it. Never waits on the host.
 void launch_exclusive(Allocator& alloc, PoolId pool, GraphHandle graph, Stream stream);
+
+// --- checkpoints ----------------------------------------------------------------
+// PyTorch's CUDA graph trees (torch.compile(mode="reduce-overhead")) record
+// each graph of a tree into one pool, and before recording a graph that
+// follows one already run they put the pool back to how it was when that
+// graph was recorded: the blocks live then, at the same addresses.
+struct PoolBlock {
+  void* ptr = nullptr;
+  std::size_t size = 0;     // as requested
+  Stream stream = nullptr;  // the stream it was allocated on
+};
+// The live blocks of `pool`, in address order.
+std::vector<PoolBlock> pool_blocks(Allocator& alloc, PoolId pool);
+// Frees every live block of `pool`, then allocates each of `blocks` again at
+// its address; returns the pointers freed. Throws misuse, with the pool as it
+// was, when a block cannot go back where it was (its bytes are not the
+// pool's, or not free once the live blocks are), when a live block was used
+// on another stream (record_stream: its memory is held until the pool goes),
+// and for a pool of an exclusive group (its chunks are the group's).
+std::vector<void*> restore_pool(Allocator& alloc, PoolId pool,
+                                const std::vector<PoolBlock>& blocks);
 
 // --- capture --------------------------------------------------------------------
 // A graph captured from `work` on `stream` with the allocator's backend:

@@ -165,6 +165,28 @@ int memlake_get_pool_stats(int device, memlake_pool_id pool, memlake_pool_stats*
 /* Physical bytes the chunks of an exclusive group take. */
 int memlake_exclusive_group_bytes(int device, uint64_t group, uint64_t* out);
 
+/* Checkpoints of a pool, for PyTorch's CUDA graph trees
+ * (torch.compile(mode="reduce-overhead")): a pool's live blocks are listed
+ * (memlake_pool_blocks) and the pool is later put back to that list
+ * (memlake_restore_pool), each block at the address it had. */
+typedef struct memlake_pool_block {
+  void* ptr;
+  size_t size;  /* as requested */
+  void* stream; /* the stream it was allocated on */
+} memlake_pool_block;
+/* The live blocks of `pool`, in address order: the first `capacity` of them
+ * go to `out`, their number to *count (capacity 0 asks the number only). */
+int memlake_pool_blocks(int device, memlake_pool_id pool, memlake_pool_block* out, size_t capacity,
+                        size_t* count);
+/* Frees every live block of `pool`, then allocates blocks[0..n) again at
+ * their addresses, sizes and streams; the pointers freed go to `freed` (room
+ * for `capacity`; *freed_count gets their number). Fails, with the pool as it
+ * was, when `freed` has too little room (size it with memlake_pool_blocks)
+ * or a block cannot go back where it was (its memory is not the pool's, or
+ * is held by memory the pool retired). */
+int memlake_restore_pool(int device, memlake_pool_id pool, const memlake_pool_block* blocks,
+                         size_t n, void** freed, size_t capacity, size_t* freed_count);
+
 #ifdef __cplusplus
 }
 #endif

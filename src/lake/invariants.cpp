@@ -82,9 +82,11 @@ std::string Lake::check_invariants() const {
   for (ChunkId id = 0; id < pool_.slots(); ++id) {
     if (!pool_[id].in_use) continue;
     const ChunkUse& u = use_[id];
-    if (pool_.is_free(id)) {
+    // Free chunks, and chunks another client holds (graph pools lease
+    // theirs from the allocator's pool), have nothing of this lake's.
+    if (pool_.is_free(id) || pool_[id].holder != client_) {
       if (u.owner != kNone || u.live != 0 || u.pieces || fragments_.small_blocks_in(id) != 0)
-        err << "free chunk " << id << " is not clean; ";
+        err << (pool_.is_free(id) ? "free" : "leased") << " chunk " << id << " is not clean; ";
       continue;
     }
     if (fragments_.small_blocks_in(id) != small_blocks[id])

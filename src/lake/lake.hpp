@@ -13,6 +13,7 @@
 //   pieces.cpp        byte ranges inside chunks: placing, carving, freeing
 //   gather.cpp        choosing free chunks and making new ones for a range
 //   remembered.cpp    the places requests had in earlier steps
+//   place_at.cpp      a block put back at an address (graph pool checkpoints)
 //   lake.cpp          lifetime, lookups, reclaim, diagnostics
 //   invariants.cpp    the checks of every part
 // Not thread-safe: the allocator holds its lock.
@@ -96,6 +97,10 @@ class Lake final : private ChunkPool::Client {
   // by an earlier call for the same request). Throws backend_error when the
   // backend fails for another reason than a lack of memory.
   Placed place(const Request& r, Budget budget, Budget from = Budget::reuse);
+  // A block of `size` bytes (rounded) at `ptr`, where the lake placed one
+  // before and whose bytes are all free again (place_at.cpp); an empty
+  // Placed when they are not, or `ptr` lies in no range of this lake.
+  Placed place_at(DevicePtr ptr, std::size_t size);
   // The pointer must be a live allocation (find()). The block may be in use
   // by work queued before `fence`: no unmapping before it completes, and a
   // stream given the memory waits for it (Placed::fence) unless
@@ -221,6 +226,10 @@ class Lake final : private ChunkPool::Client {
   SegmentId build_segment_for(std::size_t bytes, bool create, bool* stitched);
   void release_all(const std::vector<ChunkId>& created);
   std::size_t slack_for(std::size_t bytes) const;
+
+  // place_at.cpp
+  Piece* free_piece_over(ChunkId c, std::size_t from, std::size_t to) const;
+  Piece* carve_at(Piece* free_piece, std::size_t offset, std::size_t size);
 
   // pieces.cpp
   Placed place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,

@@ -133,6 +133,49 @@ TEST_F(GraphCApi, PoolsOfAGroupShareTheirChunks) {
   EXPECT_EQ(shared, 0u);
 }
 
+TEST_F(GraphCApi, APoolIsListedAndPutBackToTheList) {
+  memlake_pool_id pool{};
+  ASSERT_EQ(memlake_graph_pool_handle(kDevice, &pool), 0) << error();
+  Routing routing;
+  ASSERT_EQ(memlake_begin_allocate_to_pool(kDevice, pool, &Routing::filter, &routing), 0);
+  void* a = memlake_malloc(3 * MiB, kDevice, nullptr);
+  void* b = memlake_malloc(64 * 1024, kDevice, nullptr);
+  ASSERT_TRUE(a && b) << error();
+  std::size_t count = 0;
+  ASSERT_EQ(memlake_pool_blocks(kDevice, pool, nullptr, 0, &count), 0) << error();
+  ASSERT_EQ(count, 2u);
+  memlake_pool_block checkpoint[2];
+  ASSERT_EQ(memlake_pool_blocks(kDevice, pool, checkpoint, 2, &count), 0) << error();
+  EXPECT_EQ(checkpoint[0].ptr, std::min(a, b));
+  EXPECT_EQ(checkpoint[a < b ? 0 : 1].size, 3 * MiB);
+  memlake_free(b, 64 * 1024, kDevice, nullptr);
+  void* c = memlake_malloc(5 * MiB, kDevice, nullptr);
+  ASSERT_NE(c, nullptr) << error();
+  void* freed[2] = {};
+  std::size_t freed_count = 0;
+  // Room for one pointer, two blocks live: refused before anything changes.
+  EXPECT_EQ(memlake_restore_pool(kDevice, pool, checkpoint, 2, freed, 1, &freed_count), -1);
+  EXPECT_NE(error().find("room for 1"), std::string::npos) << error();
+  EXPECT_EQ(pool_stats(pool).live_blocks, 2u);
+  ASSERT_EQ(memlake_restore_pool(kDevice, pool, checkpoint, 2, freed, 2, &freed_count), 0)
+      << error();
+  EXPECT_EQ(freed_count, 2u);
+  EXPECT_TRUE((freed[0] == a && freed[1] == c) || (freed[0] == c && freed[1] == a));
+  memlake_pool_block now[2];
+  ASSERT_EQ(memlake_pool_blocks(kDevice, pool, now, 2, &count), 0) << error();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(now[i].ptr, checkpoint[i].ptr);
+    EXPECT_EQ(now[i].size, checkpoint[i].size);
+  }
+  EXPECT_EQ(memlake_restore_pool(kDevice, pool, nullptr, 1, freed, 2, &freed_count), -1);
+  EXPECT_NE(error().find("null pointer"), std::string::npos) << error();
+  memlake_free(a, 3 * MiB, kDevice, nullptr);
+  memlake_free(b, 64 * 1024, kDevice, nullptr);
+  EXPECT_EQ(error(), "");
+  ASSERT_EQ(memlake_end_allocate_to_pool(kDevice, pool), 0) << error();
+  ASSERT_EQ(memlake_release_pool(kDevice, pool), 0) << error();
+}
+
 TEST_F(GraphCApi, ErrorsAreMinusOneWithAMessage) {
   memlake_pool_id pool{};
   ASSERT_EQ(memlake_graph_pool_handle(kDevice, &pool), 0);
