@@ -2,6 +2,8 @@
 libmemlake.so with CMake and packs a wheel holding
 
     memlake/*.py             the package (python/memlake/)
+    memlake/*.cpp            sources the package compiles on first use
+                             (_torch_allocator.cpp, against the installed torch)
     memlake/libmemlake.so    the library, found by memlake._native
     memlake.pth              the MEMLAKE_ENABLE start-up hook (python/memlake.pth)
     memlake-<v>.dist-info/   metadata, the memlake-run script, RECORD
@@ -202,7 +204,7 @@ def _write_wheel(path, contents, executable):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     library = _build_library(config_settings)
     contents = {}
-    for source in sorted(PACKAGE.glob("*.py")):
+    for source in sorted(list(PACKAGE.glob("*.py")) + list(PACKAGE.glob("*.cpp"))):
         contents["memlake/%s" % source.name] = source.read_bytes()
     contents["memlake/libmemlake.so"] = library.read_bytes()
     contents["memlake.pth"] = STARTUP_HOOK.read_bytes()

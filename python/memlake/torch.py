@@ -5,19 +5,23 @@
     ...                                        # the training code, unchanged
     print(memlake.torch.max_memory_reserved())
 
-enable() installs libmemlake.so as PyTorch's CUDA allocator through
-torch.cuda.memory.CUDAPluggableAllocator, with memlake's hooks for
+enable() installs libmemlake.so as PyTorch's CUDA allocator: a subclass of
+PyTorch's CUDAPluggableAllocator with memlake's hooks for
 Tensor.record_stream, torch.cuda.empty_cache,
 torch.cuda.set_per_process_memory_fraction (before the device's first
 allocation) and CUDA graph pools (torch.cuda.graph, with or without a shared
-pool=, and torch.cuda.make_graphed_callables: docs/graphs.md).
-torch.compile(mode="reduce-overhead") needs enable(plain_inductor_graphs=True):
-Inductor's default graph trees need allocator calls the pluggable interface
-refuses, its plain CUDA graphs only the pool hooks. An allocation memlake
-cannot serve raises
-RuntimeError with memlake's out-of-memory report (requested, live, reserved, largest free
-block, capacity), and the allocator stays usable: PyTorch turns every error
-of a pluggable allocator into RuntimeError. Code that catches
+pool=, and torch.cuda.make_graphed_callables: docs/graphs.md), which also
+answers the checkpoint and live-allocation calls of Inductor's CUDA graph
+trees (torch.compile(mode="reduce-overhead")). The subclass is a small C++
+file (memlake/_torch_allocator.cpp) compiled against the installed torch on
+first use and cached (memlake/_torch_build.py); where it cannot be built,
+enable() warns and installs torch.cuda.memory.CUDAPluggableAllocator itself,
+under which reduce-overhead needs enable(plain_inductor_graphs=True).
+
+An allocation memlake cannot serve raises RuntimeError with memlake's
+out-of-memory report (requested, live, reserved, largest free block,
+capacity), and the allocator stays usable: PyTorch turns every error of a
+pluggable allocator into RuntimeError. Code that catches
 torch.OutOfMemoryError runs its block under oom_errors(), which raises that
 type instead (a RuntimeError subclass, so other handlers still match).
 
@@ -69,20 +73,30 @@ def is_enabled():
     return _allocator is not None
 
 
-def enable(conf=None, library=None, plain_inductor_graphs=False):
+def enable(conf=None, library=None, plain_inductor_graphs=False, graph_trees="auto"):
     """Makes memlake PyTorch's CUDA allocator for this process.
 
     conf: memlake options, "key:value,..." (see docs/configuration.md); they
     are added to MEMLAKE_CONF for this process, after what it already holds.
     library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
     package, or the source tree's build/).
+    graph_trees: whether memlake answers the calls of Inductor's CUDA graph
+    trees (torch.compile(mode="reduce-overhead")'s default), which PyTorch's
+    CUDAPluggableAllocator refuses. "auto" (the default) compiles
+    memlake/_torch_allocator.cpp against the installed torch on first use
+    (memlake/_torch_build.py says where it is cached and which compiler
+    runs) and installs it; if that fails, it warns (RuntimeWarning, with the
+    reason) and installs the plain CUDAPluggableAllocator, under which graph
+    trees are refused. True raises the failure instead; False installs the
+    plain CUDAPluggableAllocator without compiling anything. While the
+    argument is "auto", MEMLAKE_GRAPH_TREES=0 (or 1) in the environment
+    stands for False (or True), for programs switched with memlake-run or
+    MEMLAKE_ENABLE.
     plain_inductor_graphs: True sets
     torch._inductor.config.triton.cudagraph_trees to False, so that
     torch.compile(mode="reduce-overhead") records Inductor's plain CUDA
     graphs (torch.cuda.graph, one pool per graph), which need only the pool
-    hooks memlake sets. Inductor's default graph trees call
-    torch._C._cuda_getCheckpointState, which PyTorch refuses to every
-    pluggable allocator (docs/graphs.md). "exclusive" does the same and puts
+    hooks memlake sets. "exclusive" does the same and puts
     the pools of all of Inductor's graphs in one exclusive group
     (exclusive_pool_handles): their temporaries share physical memory, and
     what a graph keeps after its capture (its outputs) gets memory of its
@@ -99,7 +113,8 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     torch.cuda.set_device() (which starts PyTorch's allocator; under torchrun,
     call enable() first, then set the rank's device): PyTorch cannot change
     allocators after that. Calling it again does nothing (the first call's
-    options stay).
+    options stay). Returns the allocator installed (torch.cuda.memory's
+    wrapper of it).
     """
     global _allocator
     if _allocator is not None:
@@ -107,6 +122,10 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     if plain_inductor_graphs not in (False, True, "exclusive"):
         raise ValueError("plain_inductor_graphs: False, True or \"exclusive\", not %r"
                          % (plain_inductor_graphs,))
+    if graph_trees not in (False, True, "auto"):
+        raise ValueError("graph_trees: \"auto\", True or False, not %r" % (graph_trees,))
+    if graph_trees == "auto":
+        graph_trees = _graph_trees_from_environment()
     _native.load(library)
     if conf:
         merged = ",".join(x for x in (os.environ.get("MEMLAKE_CONF"), conf) if x)
@@ -114,6 +133,73 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
         os.environ["MEMLAKE_CONF"] = merged
     else:
         check_config()
+    allocator = _graph_tree_allocator(required=graph_trees is True) if graph_trees else None
+    if allocator is None:
+        allocator = _pluggable_allocator(plain_inductor_graphs)
+    elif plain_inductor_graphs:
+        _use_plain_inductor_graphs(exclusive=plain_inductor_graphs == "exclusive")
+    _allocator = allocator
+    return allocator
+
+
+_TOO_LATE = "Can't swap an already initialized allocator"
+
+
+def _too_late(error):
+    return RuntimeError(
+        "memlake.torch.enable() must run before the first CUDA tensor is created "
+        "and before torch.cuda.set_device() (PyTorch: %s)" % error)
+
+
+def _graph_trees_from_environment():
+    value = os.environ.get("MEMLAKE_GRAPH_TREES", "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("memlake: MEMLAKE_GRAPH_TREES=%r is not understood: auto, 1 or 0"
+                     % os.environ["MEMLAKE_GRAPH_TREES"])
+
+
+def _graph_tree_allocator(required):
+    """Installs memlake's allocator with the graph-tree calls
+    (memlake/_torch_build.py) and returns torch.cuda.memory's wrapper of it;
+    None, after a warning, where it cannot be built or loaded and is not
+    required."""
+    from . import _torch_build
+    try:
+        _torch_build.install(_torch_build.build(torch), _native.function_address)
+    except _torch_build.BuildError as e:
+        if required:
+            raise
+        warnings.warn(
+            "%s\nmemlake is installed through CUDAPluggableAllocator instead, under which "
+            "PyTorch refuses CUDA graph trees: torch.compile(mode=\"reduce-overhead\") then "
+            "needs memlake.torch.enable(plain_inductor_graphs=True) (docs/graphs.md); "
+            "graph_trees=False or MEMLAKE_GRAPH_TREES=0 skips the build" % e,
+            RuntimeWarning, stacklevel=3)
+        return None
+    except RuntimeError as e:
+        if _TOO_LATE in str(e):
+            raise _too_late(e) from None
+        raise
+    return _current_allocator()
+
+
+def _current_allocator():
+    """torch.cuda.memory's wrapper of the allocator PyTorch now uses."""
+    memory = torch.cuda.memory
+    current = getattr(memory, "_get_current_allocator", None)
+    if current is not None:
+        return current()
+    return memory._CUDAAllocator(torch._C._cuda_getAllocator())
+
+
+def _pluggable_allocator(plain_inductor_graphs):
+    """memlake through torch.cuda.memory.CUDAPluggableAllocator, with no
+    graph-tree calls."""
     pluggable = torch.cuda.memory.CUDAPluggableAllocator(
         str(_native.path()), "memlake_torch_malloc", "memlake_torch_free")
     hooks = pluggable.allocator()
@@ -125,10 +211,7 @@ def enable(conf=None, library=None, plain_inductor_graphs=False):
     try:
         torch.cuda.memory.change_current_allocator(pluggable)
     except RuntimeError as e:
-        raise RuntimeError(
-            "memlake.torch.enable() must run before the first CUDA tensor is created "
-            "and before torch.cuda.set_device() (PyTorch: %s)" % e) from None
-    _allocator = pluggable
+        raise _too_late(e) from None
     return pluggable
 
 
@@ -146,7 +229,7 @@ def _set_graph_hooks(hooks):
         warnings.warn(
             "memlake: this PyTorch has no graph-pool hooks for pluggable allocators (PyTorch 2.3 "
             "adds them): with memlake enabled, do not capture CUDA graphs (torch.cuda.graph)",
-            RuntimeWarning, stacklevel=3)
+            RuntimeWarning, stacklevel=4)
         return False
     for setter, function in _GRAPH_HOOKS:
         getattr(hooks, setter)(_native.function_address(function))

@@ -1,7 +1,9 @@
 """Switching a program to memlake without editing it, on a machine without
 PyTorch: memlake-run (and python -m memlake.run) and MEMLAKE_ENABLE's
 start-up hook over the stand-in torch (python/tests/fake_torch), which
-records what memlake plugs in; and the messages when torch is missing.
+records what memlake plugs in; enable()'s graph_trees choices where the
+allocator for CUDA graph trees cannot be built (the stand-in has no C++
+library); and the messages when torch is missing.
 test_torch_gpu.py runs the same switches against the real PyTorch."""
 
 import os
@@ -116,6 +118,61 @@ class Switch(unittest.TestCase):
         """)])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("one group", r.stdout)
+
+    # The allocator with the calls of CUDA graph trees is compiled against
+    # the installed torch (memlake/_torch_build.py): the stand-in torch has
+    # no C++ library, so its build always fails here.
+
+    GRAPH_TREES = textwrap.dedent("""
+        import sys, warnings, torch, memlake.torch
+        kwargs = eval(sys.argv[1])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                memlake.torch.enable(**kwargs)
+            except (RuntimeError, ValueError) as e:
+                print("raised", type(e).__name__, str(e).replace("\\n", " "))
+        a = torch.cuda.memory.current_allocator
+        print("plugged", a is not None and a.alloc_fn_name)
+        for w in caught:
+            print("warning", w.category.__name__, str(w.message).replace("\\n", " "))
+    """)
+
+    def graph_trees(self, kwargs="{}", **variables):
+        r = run([sys.executable, "-c", self.GRAPH_TREES, kwargs],
+                MEMLAKE_CACHE_DIR=self.tmp.name, **variables)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def test_enable_warns_and_plugs_memlake_in_when_the_build_fails(self):
+        out = self.graph_trees()
+        self.assertIn("plugged memlake_torch_malloc", out)
+        self.assertIn("warning RuntimeWarning memlake:", out)
+        self.assertIn("_GLIBCXX_USE_CXX11_ABI", out)  # why it failed
+        self.assertIn("PyTorch refuses CUDA graph trees", out)
+        self.assertIn("plain_inductor_graphs=True", out)
+
+    def test_graph_trees_true_raises_the_failure(self):
+        out = self.graph_trees("{'graph_trees': True}")
+        self.assertIn("raised BuildError memlake:", out)
+        self.assertIn("_GLIBCXX_USE_CXX11_ABI", out)
+        self.assertIn("plugged False", out)
+        out = self.graph_trees(MEMLAKE_GRAPH_TREES="1")
+        self.assertIn("raised BuildError memlake:", out)
+
+    def test_graph_trees_off_builds_nothing_and_says_nothing(self):
+        for kwargs, variables in (("{'graph_trees': False}", {}),
+                                  ("{}", {"MEMLAKE_GRAPH_TREES": "0"})):
+            out = self.graph_trees(kwargs, **variables)
+            self.assertIn("plugged memlake_torch_malloc", out)
+            self.assertNotIn("warning", out)
+        self.assertEqual(list(Path(self.tmp.name).glob("torch_allocator-*")), [])
+
+    def test_graph_trees_takes_three_values(self):
+        out = self.graph_trees("{'graph_trees': 'yes'}")
+        self.assertIn("raised ValueError graph_trees:", out)
+        out = self.graph_trees(MEMLAKE_GRAPH_TREES="maybe")
+        self.assertIn("raised ValueError memlake: MEMLAKE_GRAPH_TREES='maybe'", out)
 
     def test_plain_inductor_graphs_takes_three_values(self):
         r = run([sys.executable, "-c", textwrap.dedent("""

@@ -201,8 +201,14 @@ class GraphedTrain(unittest.TestCase):
         self.assertIn("128: 1 / 512 / 2097152, 256: 3 / 4608 / 4194304", lines[3])
 
     def test_exclusive_pools_need_memlake_and_buckets_are_lengths(self):
-        with self.assertRaises(SystemExit):
-            graphed_train.parse_args(["--allocator", "native", "--pools", "exclusive"])
+        for pools in ("exclusive", "compiled_plain", "compiled_exclusive"):
+            with self.assertRaises(SystemExit):
+                graphed_train.parse_args(["--allocator", "native", "--pools", pools])
+        # reduce-overhead: graph trees under both allocators, plain graphs under memlake
+        compiled = [s for s in graphed_train.SETUPS if s[1].startswith("compiled")]
+        self.assertEqual(compiled, [("native", "compiled"), ("memlake", "compiled"),
+                                    ("memlake", "compiled_plain"),
+                                    ("memlake", "compiled_exclusive")])
         self.assertEqual(graphed_train.buckets_of("128, 256"), [128, 256])
         with self.assertRaises(SystemExit):
             graphed_train.buckets_of("0")

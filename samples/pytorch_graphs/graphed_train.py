@@ -17,10 +17,13 @@ torch.cuda.graph wants. Graph pools:
              captured with memlake.torch.graph, replayed with memlake.torch.replay);
   compiled   no capture by hand: the model under torch.compile(mode=
              "reduce-overhead"), whose CUDA graphs Inductor records and replays
-             (PyTorch's graph trees natively; its plain graphs under memlake,
-             enable(plain_inductor_graphs=True), a pool per graph), gradients
-             set to None before each step;
-  compiled_exclusive  memlake only: the same, with the pools of all of
+             in its graph trees, one pool for all (under memlake,
+             enable(graph_trees=True): memlake's allocator with the calls graph
+             trees need, compiled against the installed torch), gradients set
+             to None before each step;
+  compiled_plain  memlake only: the same on Inductor's plain CUDA graphs
+             (enable(plain_inductor_graphs=True)), a pool per graph;
+  compiled_exclusive  memlake only: plain graphs with the pools of all of
              Inductor's graphs in one exclusive group
              (enable(plain_inductor_graphs="exclusive")).
 Each run prints one JSON line: peak reserved (torch.cuda.max_memory_reserved,
@@ -42,8 +45,10 @@ import time
 
 SETUPS = (("native", "separate"), ("native", "shared"), ("memlake", "separate"),
           ("memlake", "shared"), ("memlake", "exclusive"), ("native", "compiled"),
-          ("memlake", "compiled"), ("memlake", "compiled_exclusive"))
-POOLS = ("separate", "shared", "exclusive", "compiled", "compiled_exclusive")
+          ("memlake", "compiled"), ("memlake", "compiled_plain"), ("memlake", "compiled_exclusive"))
+POOLS = ("separate", "shared", "exclusive", "compiled", "compiled_plain", "compiled_exclusive")
+MEMLAKE_ONLY = ("exclusive", "compiled_plain", "compiled_exclusive")
+COMPILED = ("compiled", "compiled_plain", "compiled_exclusive")
 GIB = 1 << 30
 
 
@@ -60,7 +65,7 @@ def parse_args(argv=None):
     p.add_argument("--replays", type=int, default=200)
     p.add_argument("--compare", action="store_true", help="every setup in a child process")
     args = p.parse_args(argv)
-    if args.pools in ("exclusive", "compiled_exclusive") and args.allocator != "memlake":
+    if args.pools in MEMLAKE_ONLY and args.allocator != "memlake":
         p.error("--pools %s needs --allocator memlake" % args.pools)
     unknown = set(args.only.split(",")) - set(POOLS)
     if unknown:
@@ -78,9 +83,11 @@ def buckets_of(text):
 def run(args):
     if args.allocator == "memlake":
         import memlake.torch
-        # Reduce-overhead needs Inductor's plain graphs under memlake.
-        memlake.torch.enable(plain_inductor_graphs="exclusive" if args.pools == "compiled_exclusive"
-                             else args.pools == "compiled")
+        # Reduce-overhead on graph trees needs memlake's allocator with their
+        # calls: a failed build fails the run, rather than graph trees later.
+        plain = {"compiled_plain": True, "compiled_exclusive": "exclusive"}.get(args.pools, False)
+        memlake.torch.enable(plain_inductor_graphs=plain,
+                             graph_trees=True if args.pools == "compiled" else "auto")
     import torch
     import torch.nn.functional as F
 
@@ -102,7 +109,7 @@ def run(args):
         opt.step()
         return loss
 
-    if args.pools in ("compiled", "compiled_exclusive"):
+    if args.pools in COMPILED:
         return run_compiled(args, torch, model, opt, F, xs, ys, lengths)
 
     side = torch.cuda.Stream()

@@ -93,8 +93,8 @@ step graphed-train 150 "$OUT/graphed.log" python3 samples/pytorch_graphs/graphed
   --only separate,shared,exclusive
 grep -vE "^(JSON|\+)" "$OUT/graphed.log" | tail -n 8 | tee -a "$SUMMARY"
 step compiled-train 240 "$OUT/compiled.log" python3 samples/pytorch_graphs/graphed_train.py --compare \
-  --only compiled,compiled_exclusive --layers 2 --replays 100
-grep -vE "^(JSON|\+)" "$OUT/compiled.log" | tail -n 5 | tee -a "$SUMMARY"
+  --only compiled,compiled_plain,compiled_exclusive --layers 2 --replays 100
+grep -vE "^(JSON|\+)" "$OUT/compiled.log" | tail -n 6 | tee -a "$SUMMARY"
 
 note "== memlake-replay on the GPU beside cudaMallocAsync"
 step replay 120 "$OUT/replay.log" "$BIN/memlake-replay" --backend cuda --allocator cudaMallocAsync \
