@@ -109,8 +109,8 @@ class MemlakeAllocator : public PluggableAllocator {
   // to the storages that live on (the others it releases, and graph trees
   // free their blocks later through raw_delete). Both go through
   // the books raw_delete frees by.
-  cca::CheckpointDelta setCheckpointPoolState(
-      c10::DeviceIndex device, std::shared_ptr<cca::AllocatorState> pps) override {
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<cca::AllocatorState> pps) override {
     auto checkpoint = std::dynamic_pointer_cast<PoolCheckpoint>(pps);
     TORCH_CHECK(checkpoint != nullptr,
                 "memlake: setCheckpointPoolState was given a state memlake's allocator did not "
