@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "memlake/allocator.hpp"
+#include "memlake/errors.hpp"
 #include "suites/platform.hpp"
 
 namespace memlake::test {
@@ -50,5 +53,15 @@ class CoreTest : public ::testing::Test {
 };
 
 #define EXPECT_INVARIANTS(alloc) EXPECT_EQ((alloc).check_invariants(), "")
+
+// `call` throws memlake::misuse with a message that says `says`.
+inline void expect_misuse(const std::function<void()>& call, const char* says) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one saying \"" << says << "\"";
+  } catch (const misuse& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace memlake::test

@@ -77,14 +77,6 @@ class GraphCheckpoints : public CoreTest {
       ASSERT_TRUE(platform_->check(ptr, h.size, h.seed))
           << when << ": block " << ptr << " of " << h.size << " bytes lost its bytes";
   }
-  void expect_misuse(const std::function<void()>& call, const char* says) {
-    try {
-      call();
-      ADD_FAILURE() << "no error; expected one saying \"" << says << "\"";
-    } catch (const misuse& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  }
 
   std::unique_ptr<Allocator> alloc_;
   Stream s_ = nullptr;

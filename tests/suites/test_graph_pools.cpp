@@ -693,15 +693,6 @@ TEST_F(Graphs, ObserversHearPoolBeginEndAndRelease) {
   EXPECT_EQ(events.seen, want);
 }
 
-void expect_misuse(const std::function<void()>& call, const char* says) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one saying \"" << says << "\"";
-  } catch (const misuse& e) {
-    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-  }
-}
-
 TEST_F(Graphs, MisuseIsReportedClearly) {
   const PoolId pool = graph_pool_handle(*alloc_);
   expect_misuse([&] { release_pool(*alloc_, pool); }, "is not known");
