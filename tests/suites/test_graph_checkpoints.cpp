@@ -13,6 +13,7 @@
 
 #include "memlake/graph.hpp"
 #include "suites/core_fixture.hpp"
+#include "suites/device_work.hpp"
 
 namespace memlake::test {
 namespace {
@@ -124,6 +125,69 @@ TEST_F(GraphCheckpoints, APoolPutBackHoldsTheCheckpointsBlocksAtTheirAddresses) 
   EXPECT_EQ(st.live_blocks, held_.size());
   EXPECT_EQ(st.unmaps, 0u);
   EXPECT_INVARIANTS(*alloc_);
+}
+
+// Graph trees' sequence with real captures: graph A keeps an output, the
+// pool is checkpointed; graph B, recorded after A, reads it and keeps its
+// own; to record C after A instead (another branch of the tree), the pool is
+// put back to A's checkpoint, which frees B's output, and C is captured over
+// that memory. A and C then replay in turn, and A's output and C's results
+// stay right on every replay.
+TEST_F(GraphCheckpoints, AGraphRecordedAfterAPutBackReplaysBesideTheOneBeforeIt) {
+  DeviceWork* work = platform_->work();
+  if (work == nullptr) GTEST_SKIP() << "no device work (kernels) on this platform";
+  Backend& b = alloc_->backend();
+  const PoolId tree = graph_pool_handle(*alloc_);
+  constexpr std::size_t kWords = 3 * MiB / 4 + 300;  // over chunks, ending inside one
+  auto words = [&](Stream s) {
+    return static_cast<std::uint32_t*>(alloc_->allocate(kWords * sizeof(std::uint32_t), s));
+  };
+  std::uint32_t* a_out = nullptr;
+  std::uint32_t* b_out = nullptr;
+  std::uint32_t* c_out = nullptr;
+  auto a = std::make_unique<CapturedGraph>(*alloc_, tree, s2_, [&](Stream s) {
+    a_out = words(s);
+    work->fill(b, s, a_out, kWords, 7);
+  });
+  const std::vector<PoolBlock> after_a = pool_blocks(*alloc_, tree);
+  ASSERT_EQ(after_a.size(), 1u);
+  auto graph_b = std::make_unique<CapturedGraph>(*alloc_, tree, s2_, [&](Stream s) {
+    std::uint32_t* tmp = words(s);
+    work->mix(b, s, a_out, tmp, kWords, 8);
+    b_out = words(s);
+    work->mix(b, s, tmp, b_out, kWords, 9);
+    alloc_->deallocate(tmp, kWords * sizeof(std::uint32_t), s);
+  });
+  graph_b.reset();  // that branch is gone; its output's memory is the pool's again
+  const std::vector<void*> freed = restore_pool(*alloc_, tree, after_a);
+  EXPECT_EQ(freed.size(), 2u);
+  ASSERT_EQ(pool_blocks(*alloc_, tree).size(), 1u);
+  auto c = std::make_unique<CapturedGraph>(*alloc_, tree, s2_, [&](Stream s) {
+    c_out = words(s);
+    work->mix(b, s, a_out, c_out, kWords, 10);
+  });
+  Words want_a = expected_fill(kWords, 7), want_c(kWords);
+  for (std::size_t i = 0; i < kWords; ++i)
+    want_c[i] = mix_word(want_a[i], 10, static_cast<std::uint32_t>(i));
+  for (int r = 0; r < 50; ++r) {
+    a->launch(s2_);
+    c->launch(s2_);
+    ASSERT_EQ(b.stream_synchronize(s2_), Status::ok);
+    Words got_a(kWords), got_c(kWords);
+    platform_->read(a_out, got_a.data(), kWords * sizeof(std::uint32_t));
+    platform_->read(c_out, got_c.data(), kWords * sizeof(std::uint32_t));
+    ASSERT_EQ(got_a, want_a) << "replay " << r << ": A's output";
+    ASSERT_EQ(got_c, want_c) << "replay " << r << ": C's output";
+  }
+  EXPECT_EQ(graph_pool_stats(*alloc_, tree).unmaps, 0u);
+  EXPECT_INVARIANTS(*alloc_);
+  alloc_->deallocate(a_out, kWords * sizeof(std::uint32_t), s2_);
+  alloc_->deallocate(c_out, kWords * sizeof(std::uint32_t), s2_);
+  a.reset();
+  c.reset();
+  // Released by its last graph; freed once no pool is allocated to (the
+  // fixture's is, all along).
+  EXPECT_TRUE(graph_pool_stats(*alloc_, tree).released);
 }
 
 TEST_F(GraphCheckpoints, RandomCheckpointsPutThePoolBackAndEveryBlockKeepsItsBytes) {
