@@ -43,8 +43,7 @@ GraphPool::Placement& GraphPool::placement(StreamHandle stream) {
 
 lake::Placed GraphPool::allocate(std::size_t bytes, StreamHandle stream) {
   Placement& p = placement(stream);
-  const lake::Request r{lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment),
-                        p.history.push(bytes)};
+  const lake::Request r{rounded(bytes), p.history.push(bytes)};
   p.refusal.clear();
   lake::Placed placed = p.lake.place(r, lake::Budget::map);
   if (!placed) placed = p.lake.place(r, lake::Budget::create, /*from=*/lake::Budget::create);
@@ -52,22 +51,24 @@ lake::Placed GraphPool::allocate(std::size_t bytes, StreamHandle stream) {
     refusal_ = p.refusal.any() ? p.refusal.text() : std::string("no chunk could be leased");
     return placed;
   }
-  live_bytes_ += placed.size;
-  ++live_blocks_;
-  ++allocations_;
-  return placed;
+  return counted(placed);
 }
 
 lake::Placed GraphPool::allocate_at(DevicePtr ptr, std::size_t bytes, StreamHandle stream) {
   auto it = placements_.find(stream);
   if (it == placements_.end()) return {};
-  const lake::Placed placed = it->second->lake.place_at(
-      ptr, lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment));
-  if (placed) {
-    live_bytes_ += placed.size;
-    ++live_blocks_;
-    ++allocations_;
-  }
+  const lake::Placed placed = it->second->lake.place_at(ptr, rounded(bytes));
+  return placed ? counted(placed) : placed;
+}
+
+std::size_t GraphPool::rounded(std::size_t bytes) {
+  return lake::round_up(std::max<std::size_t>(bytes, 1), lake::kAlignment);
+}
+
+lake::Placed GraphPool::counted(const lake::Placed& placed) {
+  live_bytes_ += placed.size;
+  ++live_blocks_;
+  ++allocations_;
   return placed;
 }
 

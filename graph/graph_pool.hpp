@@ -88,6 +88,10 @@ class GraphPool {
   };
 
   Placement& placement(StreamHandle stream);
+  // A request's size as its lake places it.
+  static std::size_t rounded(std::size_t bytes);
+  // Counts a block placed in the pool.
+  lake::Placed counted(const lake::Placed& placed);
 
   PoolId id_;
   std::shared_ptr<ExclusiveGroup> group_;

@@ -57,6 +57,18 @@ const Allocation* Lake::find(DevicePtr ptr) const {
   return it == allocations_.end() ? nullptr : &it->second;
 }
 
+bool Lake::locate(DevicePtr ptr, SegmentId* s, std::uint32_t* slot, std::size_t* offset) const {
+  const SegmentId id = table_.containing(ptr);
+  if (id == kNone || table_[id].reserve) return false;
+  const Segment& seg = table_[id];
+  const std::size_t at = ptr - seg.va;
+  *slot = static_cast<std::uint32_t>(std::upper_bound(seg.offsets.begin(), seg.offsets.end(), at) -
+                                     seg.offsets.begin() - 1);
+  *offset = at - seg.offsets[*slot];
+  *s = id;
+  return true;
+}
+
 std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
   char buf[200];
   // A cold path: a scan of the live blocks is fine here.

@@ -204,6 +204,11 @@ class Lake final : private ChunkPool::Client {
   bool extend_by(SegmentId s, std::size_t need, Budget budget);
   bool borrowed_ends_for(std::size_t size, Piece** tail, Piece** head, std::size_t* middle) const;
 
+  // lake.cpp
+  // Where `ptr` lies: its range (not a reserve), the slot of the chunk under
+  // it and the offset into that chunk; false when no range of the lake holds it.
+  bool locate(DevicePtr ptr, SegmentId* s, std::uint32_t* slot, std::size_t* offset) const;
+
   // remembered.cpp
   PlaceKey place_key(const Request& r) const;
   void remember_place(const PlaceKey& key, DevicePtr ptr);

@@ -55,12 +55,10 @@ static bool for_each_chunk_under(const SegmentTable& table, SegmentId s, std::ui
 }
 
 Placed Lake::place_at(DevicePtr ptr, std::size_t size) {
-  const SegmentId s = ptr == 0 || size == 0 ? kNone : table_.containing(ptr);
-  if (s == kNone || table_[s].reserve) return {};
-  const std::vector<std::size_t>& offsets = table_[s].offsets;
-  const auto first = static_cast<std::uint32_t>(
-      std::upper_bound(offsets.begin(), offsets.end(), ptr - table_[s].va) - offsets.begin() - 1);
-  const std::size_t offset = ptr - table_[s].va - offsets[first];
+  SegmentId s;
+  std::uint32_t first;
+  std::size_t offset;
+  if (size == 0 || !locate(ptr, &s, &first, &offset)) return {};
   // Every byte under the block must be free: in a free chunk, or in a free
   // piece of a chunk this lake owns through any range.
   const bool free = for_each_chunk_under(

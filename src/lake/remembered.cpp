@@ -53,13 +53,11 @@ void Lake::remember_place(const PlaceKey& key, DevicePtr ptr) {
 // chunk slot and the free piece to start in (nullptr: a free chunk).
 bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint32_t* slot_out,
                    Piece** piece_out, std::size_t* lead_out) const {
-  const SegmentId s = table_.containing(ptr);
-  if (s == kNone || table_[s].reserve) return false;
+  SegmentId s;
+  std::uint32_t slot;
+  std::size_t offset;
+  if (!locate(ptr, &s, &slot, &offset)) return false;
   const Segment& seg = table_[s];
-  const std::size_t at = ptr - seg.va;
-  const auto slot = static_cast<std::uint32_t>(
-      std::upper_bound(seg.offsets.begin(), seg.offsets.end(), at) - seg.offsets.begin() - 1);
-  const std::size_t offset = at - seg.offsets[slot];
   const ChunkId first = seg.chunks[slot];
   std::size_t covered = 0;
   Piece* piece = nullptr;
