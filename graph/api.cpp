@@ -73,9 +73,9 @@ std::vector<PoolBlock> pool_blocks(Allocator& alloc, PoolId pool) {
   return graphs(alloc, [&](graph::GraphPools& g) { return g.live_blocks(pool); });
 }
 
-std::vector<void*> restore_pool(Allocator& alloc, PoolId pool,
-                                const std::vector<PoolBlock>& blocks) {
-  return graphs(alloc, [&](graph::GraphPools& g) { return g.restore(pool, blocks); });
+std::vector<void*> restore_pool(Allocator& alloc, PoolId pool, const std::vector<PoolBlock>& blocks,
+                                std::size_t most_freed) {
+  return graphs(alloc, [&](graph::GraphPools& g) { return g.restore(pool, blocks, most_freed); });
 }
 
 void launch_exclusive(Allocator& alloc, PoolId pool, GraphHandle graph, Stream stream) {

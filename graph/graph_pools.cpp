@@ -365,7 +365,8 @@ std::size_t GraphPools::place_back(GraphPool& p, const std::vector<PoolBlock>& b
 // pool's again at once), then the checkpoint's blocks go back where they
 // were. Either every block goes back or, on the first that cannot, the ones
 // placed are freed and what was live is placed back: the pool is as it was.
-std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& blocks) {
+std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& blocks,
+                                       std::size_t most_freed) {
   GraphPool& p = pool(id, "restore_pool");
   if (p.released)
     misuse("restore_pool: graph pool " + name(id) +
@@ -375,6 +376,10 @@ std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& 
            " belongs to an exclusive group, whose chunks its other graphs overwrite: "
            "checkpoints are for pools of their own");
   const std::vector<PoolBlock> live = live_blocks(id);
+  if (live.size() > most_freed)
+    misuse("restore_pool: room for " + std::to_string(most_freed) +
+           " freed pointers, and graph pool " + name(id) + " has " + std::to_string(live.size()) +
+           " live blocks");
   for (const PoolBlock& b : live)
     if (blocks_.at(reinterpret_cast<DevicePtr>(b.ptr)).shared) {
       char buf[240];

@@ -84,7 +84,8 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // Checkpoints (memlake/graph.hpp): a pool's live blocks, in address
   // order, and the pool put back to such a list.
   std::vector<PoolBlock> live_blocks(PoolId id);
-  std::vector<void*> restore(PoolId id, const std::vector<PoolBlock>& blocks);
+  std::vector<void*> restore(PoolId id, const std::vector<PoolBlock>& blocks,
+                             std::size_t most_freed);
 
   GraphPoolStats pool_stats(PoolId id) const;
   std::size_t group_bytes(ExclusiveGroupId group) const;

@@ -173,17 +173,13 @@ int memlake_restore_pool(int device, memlake_pool_id pool, const memlake_pool_bl
     if (freed_count == nullptr || (freed == nullptr && capacity != 0) ||
         (blocks == nullptr && n != 0))
       throw misuse("memlake_restore_pool: null pointer");
-    Allocator& a = known("memlake_restore_pool", device);
-    // The room is checked before anything changes: the live blocks are what
-    // will be freed.
-    const std::size_t live = pool_blocks(a, id_of(pool)).size();
-    if (live > capacity)
-      throw misuse("memlake_restore_pool: room for " + std::to_string(capacity) +
-                   " freed pointers, and the pool has " + std::to_string(live) + " live blocks");
     std::vector<PoolBlock> to(n);
     for (std::size_t i = 0; i < n; ++i)
       to[i] = PoolBlock{blocks[i].ptr, blocks[i].size, blocks[i].stream};
-    const std::vector<void*> gone = restore_pool(a, id_of(pool), to);
+    // The room is checked under the allocator's lock, before anything
+    // changes: another thread may allocate to the pool meanwhile.
+    const std::vector<void*> gone =
+        restore_pool(known("memlake_restore_pool", device), id_of(pool), to, capacity);
     std::copy(gone.begin(), gone.end(), freed);
     *freed_count = gone.size();
   });

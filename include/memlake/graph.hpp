@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "memlake/allocator.hpp"
@@ -141,9 +142,11 @@ std::vector<PoolBlock> pool_blocks(Allocator& alloc, PoolId pool);
 // was, when a block cannot go back where it was (its bytes are not the
 // pool's, or not free once the live blocks are), when a live block was used
 // on another stream (record_stream: its memory is held until the pool goes),
-// and for a pool of an exclusive group (its chunks are the group's).
-std::vector<void*> restore_pool(Allocator& alloc, PoolId pool,
-                                const std::vector<PoolBlock>& blocks);
+// for a pool of an exclusive group (its chunks are the group's), and when
+// more than `most_freed` blocks are live (the room a caller has for the
+// pointers freed).
+std::vector<void*> restore_pool(Allocator& alloc, PoolId pool, const std::vector<PoolBlock>& blocks,
+                                std::size_t most_freed = std::numeric_limits<std::size_t>::max());
 
 // --- capture --------------------------------------------------------------------
 // A graph captured from `work` on `stream` with the allocator's backend:
