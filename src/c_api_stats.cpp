@@ -1,4 +1,5 @@
-// The statistics of the C API: memlake_get_stats() and the list of names,
+// The statistics of the C API: memlake_get_stats(), memlake_get_stat_values(),
+// memlake_largest_available() and the list of names,
 // kinds and help texts, all made from MEMLAKE_STAT_FIELDS.
 #include "c_api_stats.hpp"
 
@@ -67,6 +68,34 @@ int memlake_get_stats(int device, memlake_stats* out) {
     check_stats_struct(out);
     const Allocator* a = existing(device);
     fill_c_stats(a != nullptr ? a->stats() : Stats{}, out);
+    return 0;
+  });
+}
+
+int memlake_get_stat_values(int device, memlake_stat_value* out, int count) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_get_stat_values", device);
+    if (count < 0) throw misuse("memlake_get_stat_values: count is negative");
+    if (out == nullptr && count > 0) throw misuse("memlake_get_stat_values: out is NULL");
+    const Allocator* a = existing(device);
+    const Stats s = a != nullptr ? a->stats() : Stats{};
+    int i = 0;
+#define MEMLAKE_STAT_VALUE(name, kind, help)             \
+  if (i < count) out[i] = {s.name.current, s.name.peak}; \
+  ++i;
+    MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_VALUE)
+#undef MEMLAKE_STAT_VALUE
+    return count < kFieldCount ? count : kFieldCount;
+  });
+}
+
+int memlake_largest_available(int device, size_t* out) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_largest_available", device);
+    if (out == nullptr) throw misuse("memlake_largest_available: out is NULL");
+    *out = get_or_create(device).largest_available();
     return 0;
   });
 }

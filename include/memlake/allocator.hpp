@@ -59,6 +59,11 @@ class Allocator {
   int device() const;
   std::size_t capacity() const;
   std::size_t granularity() const;
+  // The largest block allocate() can hand out now without reclaiming cached
+  // ranges: the largest free block, or the free chunks and the capacity not
+  // yet reserved, which stitching joins, whichever is larger. What PyTorch's
+  // cacheInfo answers, and cuDNN bounds its workspace by.
+  std::size_t largest_available() const;
   // Requested size of a live allocation; throws misuse for unknown pointers.
   std::size_t allocation_size(const void* ptr) const;
   // Whether `ptr` is the start of a block this allocator handed out and that

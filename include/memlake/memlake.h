@@ -42,7 +42,7 @@ typedef struct memlake_stat_value {
 /* Every statistic of MEMLAKE_STAT_FIELDS (memlake/stat_fields.h), in its
  * order: s.live_bytes.current, s.reserved_bytes.peak, s.allocs.current, ...
  * The version changes whenever the list does. */
-#define MEMLAKE_STATS_VERSION 10
+#define MEMLAKE_STATS_VERSION 11
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */
@@ -78,6 +78,18 @@ int memlake_get_stats(int device, memlake_stats* out);
  * full length needed, or -1 on error. */
 int memlake_get_stats_json(int device, char* buf, size_t len);
 void memlake_reset_peak_stats(int device);
+/* The statistics by index, memlake_stat_name(i) naming out[i]: for programs
+ * that find statistics by name, so that they read this library's list
+ * whatever version of this header they were built with. Fills out[i] for
+ * i < count and i < memlake_stat_count(); returns how many it filled, -1 on
+ * error. A device with no allocator yet reads zeros. */
+int memlake_get_stat_values(int device, memlake_stat_value* out, int count);
+/* The largest block memlake can hand out on `device` now without reclaiming
+ * cached ranges: the largest free block, or the free chunks and the capacity
+ * not yet reserved, which stitching joins, whichever is larger. What
+ * PyTorch's cacheInfo answers, which cuDNN bounds its workspace by. Creates
+ * the device's allocator on first use. 0 on success, -1 on error. */
+int memlake_largest_available(int device, size_t* out);
 /* The last error on this thread, "" if none. */
 const char* memlake_last_error(void);
 /* 0 if the configuration text ("key:value,...", as in MEMLAKE_CONF) is

@@ -10,6 +10,7 @@
 #define MEMLAKE_STAT_FIELDS(X)                                                                  \
   X(live_bytes,              gauge,   "bytes handed out to callers (rounded sizes)")           \
   X(requested_bytes,         gauge,   "bytes handed out as the callers asked for them")        \
+  X(live_blocks,             gauge,   "blocks handed out to callers and not yet freed")        \
   X(reserved_bytes,          gauge,   "physical bytes held in chunks")                         \
   X(mapped_bytes,            gauge,   "virtual bytes mapped over chunks, all segments")        \
   X(stitched_bytes,          gauge,   "virtual bytes of stitched segments (sBlocks)")          \
@@ -65,6 +66,8 @@
   X(graph_pool_bytes,        gauge,   "physical bytes graph pools hold (shared chunks once)") \
   X(graph_pool_mapped_bytes, gauge,   "virtual bytes graph pools map")                        \
   X(graph_pool_live_bytes,   gauge,   "bytes of graph pool blocks handed out (rounded sizes)")\
+  X(graph_pool_requested_bytes,gauge, "bytes of graph pool blocks as the callers asked for them")\
+  X(graph_pool_live_blocks,  gauge,   "graph pool blocks handed out and not yet freed")       \
   X(graph_allocs,            counter, "allocations served by graph pools")                    \
   X(graph_captures_abandoned,counter, "uses of graph pools released by captures that failed") \
   X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")   \

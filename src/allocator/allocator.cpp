@@ -65,6 +65,9 @@ int Allocator::device() const {
 std::size_t Allocator::capacity() const {
   return impl_->lake().capacity();
 }
+std::size_t Allocator::largest_available() const {
+  return impl_->largest_available();
+}
 std::size_t Allocator::granularity() const {
   return impl_->backend().granularity();
 }

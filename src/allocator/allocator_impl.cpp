@@ -163,6 +163,7 @@ void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested,
   ++rung_stat(stats_, placed.rung).current;
   gauge(stats_.live_bytes, static_cast<std::int64_t>(placed.size));
   gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
+  gauge(stats_.live_blocks, 1);
   void* p = reinterpret_cast<void*>(placed.ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) {
@@ -194,6 +195,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   ++stats_.frees.current;
   gauge(stats_.live_bytes, -static_cast<std::int64_t>(block.size));
   gauge(stats_.requested_bytes, -static_cast<std::int64_t>(block.requested));
+  gauge(stats_.live_blocks, -1);
   // A block freed on another stream than its own was used on both.
   if (block.stream != stream && std::find(block.also_used_on.begin(), block.also_used_on.end(),
                                           block.stream) == block.also_used_on.end())

@@ -62,6 +62,8 @@ class AllocatorImpl {
   const Backend& backend() const { return *counting_; }
   const CountingBackend& counting() const { return *counting_; }
   std::size_t capacity() const { return pool_.capacity(); }
+  // Not const: the lake catches its segment entries up first.
+  std::size_t largest_available();
   std::size_t allocation_size(const void* ptr) const;
   bool owns(const void* ptr) const;
   SharedBlock share(const void* ptr);

@@ -1,6 +1,9 @@
 // What the allocator reports of itself: the stats snapshot (the parts' own
-// counters and the counting backend's), peaks, and the invariant check.
+// counters and the counting backend's), peaks, the largest block available,
+// and the invariant check.
 #include "allocator/allocator_impl.hpp"
+
+#include <algorithm>
 
 namespace memlake {
 
@@ -37,6 +40,13 @@ void AllocatorImpl::reset_peak_stats() {
 #undef MEMLAKE_RESET_PEAK
 }
 
+std::size_t AllocatorImpl::largest_available() {
+  std::lock_guard lock(mutex_);
+  const std::size_t held = pool_.reserved_bytes() + pool_.creating_bytes();
+  const std::size_t growth = pool_.capacity() > held ? pool_.capacity() - held : 0;
+  return std::max(lake_.largest_free_block(), lake_.free_chunk_bytes() + growth);
+}
+
 std::string AllocatorImpl::check_invariants() const {
   std::lock_guard lock(mutex_);
   std::string err = lake_.check_invariants();
@@ -46,6 +56,8 @@ std::string AllocatorImpl::check_invariants() const {
   for (const auto& [ptr, b] : live_) live += b.size;
   if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)
     err += "live bytes disagree with the stats; ";
+  if (static_cast<std::int64_t>(live_.size()) != stats_.live_blocks.current)
+    err += "live blocks disagree with the stats; ";
   if (live != lake_.allocated_bytes())
     err += "live bytes disagree with the lake's allocated bytes; ";
   err += graphs_.check_invariants();

@@ -255,19 +255,19 @@ TEST_F(CApi, StatsVersionAndSize) {
   s.size = sizeof s;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 11 is not supported (this library has version 10)");
+            "memlake_get_stats: stats version 12 is not supported (this library has version 11)");
   EXPECT_EQ(s.allocs.current, 0);  // untouched
 
   s.version = 0;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 0 is not supported (this library has version 10)");
+            "memlake_get_stats: stats version 0 is not supported (this library has version 11)");
 
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s - 8;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(), "memlake_get_stats: size " + std::to_string(sizeof s - 8) +
-                              " is smaller than memlake_stats version 10 (" +
+                              " is smaller than memlake_stats version 11 (" +
                               std::to_string(sizeof s) + " bytes)");
   EXPECT_EQ(s.allocs.current, 0);
 

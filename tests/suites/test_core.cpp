@@ -511,6 +511,7 @@ TEST_F(CoreTest, RandomWorkloadMatchesReferenceModel) {
   };
   std::map<std::uintptr_t, Live> live;
   std::int64_t requested = 0;
+  std::size_t most_live = 0;
   std::uint32_t next_seed = 1;
   const int ops = 4000;
   for (int i = 0; i < ops; ++i) {
@@ -562,6 +563,8 @@ TEST_F(CoreTest, RandomWorkloadMatchesReferenceModel) {
       live.erase(it);
     }
     ASSERT_EQ(a->stats().requested_bytes.current, requested);
+    ASSERT_EQ(a->stats().live_blocks.current, static_cast<std::int64_t>(live.size()));
+    most_live = std::max(most_live, live.size());
     if (i % 500 == 0) {
       ASSERT_EQ(a->check_invariants(), "") << "after op " << i;
     }
@@ -577,6 +580,8 @@ TEST_F(CoreTest, RandomWorkloadMatchesReferenceModel) {
     a->deallocate(reinterpret_cast<void*>(addr), l.size);
   }
   EXPECT_EQ(a->stats().live_bytes.current, 0);
+  EXPECT_EQ(a->stats().live_blocks.current, 0);
+  EXPECT_EQ(a->stats().live_blocks.peak, static_cast<std::int64_t>(most_live));
   a->empty_cache();
   EXPECT_EQ(a->stats().reserved_bytes.current, 0);
   EXPECT_INVARIANTS(*a);
