@@ -95,6 +95,8 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // the pool's group does not check.
   OverlapCheck::Marker* marker(PoolId id);
 
+  // Blocks handed out from every pool and not yet freed.
+  std::size_t block_count() const { return blocks_.size(); }
   std::string check_invariants() const;
 
  private:

@@ -8,9 +8,9 @@
 
 /* clang-format off */
 #define MEMLAKE_STAT_FIELDS(X)                                                                  \
-  X(live_bytes,              gauge,   "bytes handed out to callers (rounded sizes)")           \
-  X(requested_bytes,         gauge,   "bytes handed out as the callers asked for them")        \
-  X(live_blocks,             gauge,   "blocks handed out to callers and not yet freed")        \
+  X(live_bytes,              gauge,   "bytes handed out to callers (rounded sizes), graph pools' included")\
+  X(requested_bytes,         gauge,   "bytes handed out as the callers asked for them, graph pools' included")\
+  X(live_blocks,             gauge,   "blocks handed out to callers and not yet freed, graph pools' included")\
   X(reserved_bytes,          gauge,   "physical bytes held in chunks")                         \
   X(mapped_bytes,            gauge,   "virtual bytes mapped over chunks, all segments")        \
   X(stitched_bytes,          gauge,   "virtual bytes of stitched segments (sBlocks)")          \
@@ -20,8 +20,8 @@
   X(mapping_units,           gauge,   "mappings its ranges make the backend hold (backend.hpp's units)")\
   X(mapping_units_budget,    counter, "mapping units it keeps its ranges within (0: no limit known)")\
   X(backend_refusals,        counter, "calls the backend refused for want of a resource, routed around or reported")\
-  X(allocs,                  counter, "successful allocations")                                \
-  X(frees,                   counter, "frees")                                                 \
+  X(allocs,                  counter, "successful allocations, graph pools' included")\
+  X(frees,                   counter, "frees, graph pools' included")\
   X(rung_remembered,         counter, "allocations at the place the same request had before")  \
   X(rung_fragment,           counter, "allocations in free space of a chunk holding other blocks")\
   X(rung_idle_segment,       counter, "allocations that took a whole cached range")           \
@@ -66,8 +66,6 @@
   X(graph_pool_bytes,        gauge,   "physical bytes graph pools hold (shared chunks once)") \
   X(graph_pool_mapped_bytes, gauge,   "virtual bytes graph pools map")                        \
   X(graph_pool_live_bytes,   gauge,   "bytes of graph pool blocks handed out (rounded sizes)")\
-  X(graph_pool_requested_bytes,gauge, "bytes of graph pool blocks as the callers asked for them")\
-  X(graph_pool_live_blocks,  gauge,   "graph pool blocks handed out and not yet freed")       \
   X(graph_allocs,            counter, "allocations served by graph pools")                    \
   X(graph_captures_abandoned,counter, "uses of graph pools released by captures that failed") \
   X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")   \

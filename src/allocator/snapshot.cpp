@@ -54,9 +54,11 @@ std::string AllocatorImpl::check_invariants() const {
     err += "reserved bytes disagree with the stats; ";
   std::size_t live = 0;
   for (const auto& [ptr, b] : live_) live += b.size;
-  if (static_cast<std::int64_t>(live) != stats_.live_bytes.current)
+  // The totals count the graph pools' blocks too.
+  if (static_cast<std::int64_t>(live) + stats_.graph_pool_live_bytes.current !=
+      stats_.live_bytes.current)
     err += "live bytes disagree with the stats; ";
-  if (static_cast<std::int64_t>(live_.size()) != stats_.live_blocks.current)
+  if (static_cast<std::int64_t>(live_.size() + graphs_.block_count()) != stats_.live_blocks.current)
     err += "live blocks disagree with the stats; ";
   if (live != lake_.allocated_bytes())
     err += "live bytes disagree with the lake's allocated bytes; ";

@@ -41,7 +41,7 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 64u);
+  ASSERT_EQ(f.size(), 62u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
   EXPECT_EQ(f.back().name, "graph_kept_chunks");

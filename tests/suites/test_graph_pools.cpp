@@ -547,6 +547,9 @@ TEST_F(Graphs, TheAllocatorMakesNoIllegalCallDuringACapture) {
   }));
   EXPECT_EQ(d(&Stats::event_queries), 0) << d.changed();
   EXPECT_EQ(d(&Stats::graph_allocs), 40) << d.changed();
+  EXPECT_EQ(d(&Stats::allocs), 80) << "the totals count the pool's blocks too; " << d.changed();
+  EXPECT_EQ(d(&Stats::frees), 80) << d.changed();
+  EXPECT_EQ(d(&Stats::live_blocks), 0) << d.changed();
 }
 
 TEST_F(Graphs, PoolsSharedByCapturesReuseTheirMemoryAndLiveUntilTheLastRelease) {
