@@ -1,8 +1,12 @@
-// memlake as PyTorch's CUDA allocator with the calls CUDA graph trees need
-// (torch.compile(mode="reduce-overhead")): CUDAPluggableAllocator with
-// getCheckpointState, setCheckpointPoolState and checkPoolLiveAllocations,
-// which the pluggable allocator refuses, implemented over memlake's pool
-// checkpoints (memlake_pool_blocks, memlake_restore_pool).
+// memlake as PyTorch's CUDA allocator: CUDAPluggableAllocator with the calls
+// it refuses implemented over memlake's. CUDA graph trees
+// (torch.compile(mode="reduce-overhead")) need getCheckpointState,
+// setCheckpointPoolState and checkPoolLiveAllocations: memlake's pool
+// checkpoints (memlake_pool_blocks, memlake_restore_pool). Programs read
+// torch.cuda.memory_allocated(), max_memory_reserved() and the like through
+// getDeviceStats, resetPeakStats and resetAccumulatedStats, and cuDNN's
+// benchmark mode bounds its workspace by cacheInfo: memlake's statistics
+// (memlake_get_stat_values) and memlake_largest_available.
 //
 // memlake/_torch_build.py compiles this file against the installed torch on
 // first use. It is built against torch's headers and libraries alone: every
@@ -16,9 +20,11 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -33,6 +39,10 @@ namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
 using PluggableAllocator = torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
+// c10::CachingDeviceAllocator::DeviceStats in this torch (its namespace has
+// moved between versions).
+using DeviceStats =
+    decltype(std::declval<PluggableAllocator&>().getDeviceStats(c10::DeviceIndex{0}));
 
 }  // namespace
 
@@ -46,6 +56,12 @@ struct PoolBlock {
   void* ptr;
   size_t size;  // as requested
   void* stream;
+};
+
+// memlake.h's memlake_stat_value.
+struct StatValue {
+  int64_t current;
+  int64_t peak;
 };
 
 // The functions of libmemlake.so the allocator calls, each field named as
@@ -67,9 +83,44 @@ struct MemlakeFunctions {
   int (*restore_pool)(int device, PoolId pool, const PoolBlock* blocks, size_t n, void** freed,
                       size_t capacity, size_t* freed_count);
   const char* (*last_error)();
+  int (*stat_count)();
+  const char* (*stat_name)(int index);
+  int (*get_stat_values)(int device, StatValue* out, int count);
+  void (*reset_peak_stats)(int device);
+  int (*largest_available)(int device, size_t* out);
 };
 
 namespace {
+
+// The statistics PyTorch's DeviceStats is made from, by their names in
+// memlake's list (memlake_stat_name).
+enum MemlakeStat : int {
+  kLiveBytes,
+  kRequestedBytes,
+  kLiveBlocks,
+  kReservedBytes,
+  kSegments,
+  kAllocs,
+  kFrees,
+  kOoms,
+  kReclaimRetries,
+  kChunksCreated,
+  kChunksReleased,
+  kHostWaits,
+  kStatCount
+};
+constexpr const char* kStatNames[kStatCount] = {
+    "live_bytes",         "requested_bytes", "live_blocks",     "reserved_bytes",
+    "segments",           "allocs",          "frees",           "ooms",
+    "rung_reclaim_retry", "chunks_created",  "chunks_released", "host_waits"};
+
+// The counters resetAccumulatedStats starts again from zero.
+constexpr MemlakeStat kAccumulated[] = {kAllocs,        kFrees,          kOoms,     kReclaimRetries,
+                                        kChunksCreated, kChunksReleased, kHostWaits};
+
+// PyTorch's statistics are arrays by pool kind; memlake has no small and
+// large pools, so it fills the aggregate (StatType::AGGREGATE, 0) only.
+constexpr size_t kAggregate = 0;
 
 PoolId pool_id_of(const c10::cuda::MempoolId_t& id) {
   return PoolId{static_cast<uint64_t>(id.first), static_cast<uint64_t>(id.second)};
@@ -96,7 +147,66 @@ class MemlakeAllocator : public PluggableAllocator {
             [d = f.torch_free](void* ptr, size_t size, int device, cudaStream_t stream) {
               d(ptr, size, device, stream);
             }),
-        f_(f) {}
+        f_(f),
+        stat_count_(f.stat_count()) {
+    for (int s = 0; s < kStatCount; ++s) {
+      stat_index_[s] = -1;
+      for (int i = 0; i < stat_count_; ++i) {
+        const char* name = f.stat_name(i);
+        if (name != nullptr && std::strcmp(name, kStatNames[s]) == 0) stat_index_[s] = i;
+      }
+      TORCH_CHECK(stat_index_[s] >= 0, "memlake: the loaded libmemlake.so has no statistic \"",
+                  kStatNames[s], "\" (a build older than this allocator)");
+    }
+  }
+
+  // torch.cuda.memory_stats() and what reads it (memory_allocated,
+  // max_memory_reserved, memory_summary, ...): memlake's statistics under
+  // PyTorch's names. Allocated and active bytes are both memlake's live
+  // bytes (a freed block goes back at once: none is freed-but-active);
+  // counters count from the last resetAccumulatedStats. What memlake does
+  // not keep stays 0: the small/large pool split, inactive split blocks,
+  // oversize blocks and the cumulative byte totals.
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const std::vector<StatValue> v = values(device);
+    const StatValue& live = v[stat_index_[kLiveBlocks]];
+    DeviceStats out;
+    gauge(out.allocation, live);
+    gauge(out.active, live);
+    gauge(out.segment, v[stat_index_[kSegments]]);
+    gauge(out.allocated_bytes, v[stat_index_[kLiveBytes]]);
+    gauge(out.active_bytes, v[stat_index_[kLiveBytes]]);
+    gauge(out.reserved_bytes, v[stat_index_[kReservedBytes]]);
+    gauge(out.requested_bytes, v[stat_index_[kRequestedBytes]]);
+    const std::lock_guard<std::mutex> lock(stats_mutex_);
+    const Baseline& base = baselines_[device];
+    auto counted = [&](MemlakeStat s) { return v[stat_index_[s]].current - base[s]; };
+    for (auto* counts : {&out.allocation, &out.active}) {
+      (*counts)[kAggregate].allocated = counted(kAllocs);
+      (*counts)[kAggregate].freed = counted(kFrees);
+    }
+    out.num_alloc_retries = counted(kReclaimRetries);
+    out.num_ooms = counted(kOoms);
+    out.num_sync_all_streams = counted(kHostWaits);
+    out.num_device_alloc = counted(kChunksCreated);
+    out.num_device_free = counted(kChunksReleased);
+    return out;
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override { f_.reset_peak_stats(device); }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    const std::vector<StatValue> v = values(device);
+    const std::lock_guard<std::mutex> lock(stats_mutex_);
+    Baseline& base = baselines_[device];
+    for (MemlakeStat s : kAccumulated) base[s] = v[stat_index_[s]].current;
+  }
+
+  // The largest block memlake can hand out now (memlake_largest_available):
+  // cuDNN's benchmark mode tries only algorithms whose workspace fits.
+  void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override {
+    if (f_.largest_available(device, largest_block) != 0) fail("memlake_largest_available");
+  }
 
   std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device,
                                                           c10::cuda::MempoolId_t id) override {
@@ -199,6 +309,18 @@ class MemlakeAllocator : public PluggableAllocator {
     return blocks;
   }
 
+  std::vector<StatValue> values(c10::DeviceIndex device) const {
+    std::vector<StatValue> v(static_cast<size_t>(stat_count_));
+    if (f_.get_stat_values(device, v.data(), stat_count_) != stat_count_)
+      fail("memlake_get_stat_values");
+    return v;
+  }
+
+  static void gauge(decltype(DeviceStats::allocation)& stat, const StatValue& value) {
+    stat[kAggregate].current = value.current;
+    stat[kAggregate].peak = value.peak;
+  }
+
   void fail(const char* call) const {
     const char* why = f_.last_error();
     TORCH_CHECK(false, "memlake: ", call, " failed: ", why != nullptr ? why : "(no message)");
@@ -213,8 +335,15 @@ class MemlakeAllocator : public PluggableAllocator {
     cudaStream_t stream = nullptr;
   };
 
+  // Each counter's value at the device's last resetAccumulatedStats.
+  using Baseline = std::array<int64_t, kStatCount>;
+
   MemlakeFunctions f_;
+  int stat_count_;
+  int stat_index_[kStatCount];
   std::unordered_map<void*, Restored> restored_;  // under allocator_mutex_
+  std::mutex stats_mutex_;
+  std::unordered_map<c10::DeviceIndex, Baseline> baselines_;  // under stats_mutex_
 };
 
 void copy_message(const char* message, char* error, size_t error_len) {

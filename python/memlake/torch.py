@@ -29,10 +29,14 @@ With the timeline option (enable("timeline:/tmp/timeline-{device}.json")),
 snapshot() and _dump_snapshot() give what torch.cuda.memory's do, for
 pytorch.org/memory_viz, and dump_timeline() writes a Perfetto trace.
 
-PyTorch's own memory statistics (torch.cuda.memory_reserved() and the like)
-do not cover pluggable allocators: the functions here give memlake's, under
-the same names, and memory_stats() under PyTorch's keys (memlake/torch_stats.py
-says which key comes from which statistic).
+The subclass also answers torch.cuda's own statistics
+(torch.cuda.memory_allocated(), max_memory_reserved(), memory_stats(),
+memory_summary(), reset_peak_memory_stats(), ...) from memlake's, and
+cacheInfo, which cuDNN's benchmark mode sizes its workspace by. Under the
+plain CUDAPluggableAllocator PyTorch refuses those calls; the functions here
+give the same figures under the same names either way, and memory_stats()
+under PyTorch's keys (memlake/torch_stats.py says which key comes from which
+statistic).
 
 To switch a program without editing it: `memlake-run train.py args`, or
 MEMLAKE_ENABLE=1 in its environment (memlake/_startup.py).

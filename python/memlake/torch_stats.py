@@ -8,18 +8,20 @@ requested_bytes.all.{current,peak}   requested_bytes (sizes as asked for)
 reserved_bytes.all.{current,peak}    reserved_bytes (physical memory held)
 active_bytes.all.{current,peak}      live_bytes (a freed block goes back at once, under its
                                      stream's fence: nothing stays freed-but-pending)
-allocation.all.{current,allocated,freed}
-                                     allocs - frees, allocs, frees
+allocation.all.{current,peak}        live_blocks
+active.all.{current,peak}            live_blocks
+allocation.all.{allocated,freed}     allocs, frees
 segment.all.{current,peak}           segments (mapped virtual ranges)
 num_ooms                             ooms
 num_alloc_retries                    rung_reclaim_retry (served after reclaiming cache and retrying)
 num_device_alloc / num_device_free   chunks_created / chunks_released (physical chunks)
 num_sync_all_streams                 host_waits (malloc/free waiting for the GPU: always 0)
 
-Keys memlake cannot fill truthfully are left out rather than guessed:
-allocation.all.peak (memlake does not track the peak of that count), the
-large_pool/small_pool splits, inactive_split*,
-oversize_*, and the cumulative allocated/freed byte totals. Every statistic
+Graph pools' blocks count in live_bytes, requested_bytes and live_blocks,
+as PyTorch counts its private pools' blocks. Keys memlake cannot fill
+truthfully are left out rather than guessed: the large_pool/small_pool
+splits, inactive_split*, oversize_*, and the cumulative allocated/freed byte
+totals. Every statistic
 of memlake is also there as memlake.<name> (counters) or
 memlake.<name>.current / .peak (gauges).
 """
@@ -34,6 +36,8 @@ _GAUGES = [
     ("reserved_bytes.all", "reserved_bytes"),
     ("segment.all", "segments"),
     ("active_bytes.all", "live_bytes"),
+    ("allocation.all", "live_blocks"),
+    ("active.all", "live_blocks"),
 ]
 _COUNTERS = [
     ("num_ooms", "ooms"),
@@ -58,9 +62,9 @@ def memory_stats_from(stats):
             out[key + ".current"] = stats[name]["current"]
             out[key + ".peak"] = stats[name]["peak"]
     if "allocs" in stats and "frees" in stats:
-        out["allocation.all.current"] = stats["allocs"] - stats["frees"]
-        out["allocation.all.allocated"] = stats["allocs"]
-        out["allocation.all.freed"] = stats["frees"]
+        for key in ("allocation.all", "active.all"):
+            out[key + ".allocated"] = stats["allocs"]
+            out[key + ".freed"] = stats["frees"]
     for key, name in _COUNTERS:
         if name in stats:
             out[key] = stats[name]

@@ -164,6 +164,63 @@ class TorchOnMemlake(unittest.TestCase):
             print(memlake.torch.memory_summary())
         """)
 
+    def test_torch_cuda_statistics_are_memlakes(self):
+        # torch.cuda's own functions, which the plain pluggable allocator
+        # refuses, answer from memlake's statistics under the compiled one.
+        self.check("""
+            import torch, memlake, memlake.torch
+            memlake.torch.enable(graph_trees=True)
+            a = torch.empty(1000, device="cuda", dtype=torch.uint8)
+            b = torch.empty(3 << 20, device="cuda", dtype=torch.uint8)
+            assert torch.cuda.memory_allocated() == 1024 + (3 << 20), torch.cuda.memory_allocated()
+            assert torch.cuda.memory_allocated() == memlake.torch.memory_allocated()
+            assert torch.cuda.memory_reserved() == memlake.torch.memory_reserved() > 0
+            assert torch.cuda.max_memory_reserved() == memlake.torch.max_memory_reserved()
+            m = torch.cuda.memory_stats()
+            assert m["requested_bytes.all.current"] == 1000 + (3 << 20), m
+            assert m["allocation.all.current"] == 2 and m["allocation.all.peak"] >= 2, m
+            assert m["segment.all.current"] == memlake.stats()["segments"]["current"], m
+            del b
+            assert torch.cuda.max_memory_allocated() >= 1024 + (3 << 20)
+            torch.cuda.reset_peak_memory_stats()
+            assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated() == 1024
+            torch.cuda.reset_accumulated_memory_stats()
+            assert torch.cuda.memory_stats()["allocation.all.allocated"] == 0
+            c = torch.empty(5000, device="cuda", dtype=torch.uint8)
+            m = torch.cuda.memory_stats()
+            assert m["allocation.all.allocated"] == 1 and m["allocation.all.current"] == 2, m
+            try:
+                torch.empty(1 << 50, device="cuda", dtype=torch.uint8)
+                raise AssertionError("a petabyte was served")
+            except RuntimeError as e:
+                assert "out of memory" in str(e), e
+            assert torch.cuda.memory_stats()["num_ooms"] == 1
+            summary = torch.cuda.memory_summary()
+            assert "Allocated memory" in summary, summary
+            print(summary)
+        """)
+
+    def test_cudnn_benchmark_convolutions_run_on_memlake(self):
+        # cuDNN's benchmark mode bounds its workspace by the allocator's
+        # cacheInfo, which the plain pluggable allocator refuses.
+        self.check("""
+            import torch, memlake.torch
+            memlake.torch.enable(graph_trees=True)
+            torch.manual_seed(0)
+            conv = torch.nn.Conv2d(16, 32, 3, padding=1).cuda()
+            x = torch.randn(8, 16, 64, 64, device="cuda", requires_grad=True)
+            torch.backends.cudnn.benchmark = False
+            y0 = conv(x)
+            g0, = torch.autograd.grad(y0.square().sum(), x)
+            torch.backends.cudnn.benchmark = True
+            for _ in range(3):
+                y = conv(x)
+                g, = torch.autograd.grad(y.square().sum(), x)
+            assert torch.allclose(y, y0, rtol=1e-3, atol=1e-3), (y - y0).abs().max()
+            assert torch.allclose(g, g0, rtol=1e-3, atol=1e-2), (g - g0).abs().max()
+            print("cudnn benchmark on memlake, largest difference", float((y - y0).abs().max()))
+        """)
+
     def test_memlake_run_switches_an_unchanged_program(self):
         with tempfile.TemporaryDirectory() as tmp:
             program = Path(tmp) / "train.py"

@@ -34,11 +34,13 @@ class Mapping(unittest.TestCase):
                           ("requested_bytes.all", "requested_bytes"),
                           ("reserved_bytes.all", "reserved_bytes"),
                           ("segment.all", "segments"),
-                          ("active_bytes.all", "live_bytes")]:
+                          ("active_bytes.all", "live_bytes"),
+                          ("allocation.all", "live_blocks"),
+                          ("active.all", "live_blocks")]:
             self.assertEqual(m[key + ".current"], s[name]["current"], key)
             self.assertEqual(m[key + ".peak"], s[name]["peak"], key)
-        self.assertEqual(m["allocation.all.current"], s["allocs"] - s["frees"])
         self.assertEqual(m["allocation.all.allocated"], s["allocs"])
+        self.assertEqual(m["active.all.freed"], s["frees"])
         self.assertEqual(m["allocation.all.freed"], s["frees"])
         self.assertEqual(m["num_ooms"], s["ooms"])
         self.assertEqual(m["num_alloc_retries"], s["rung_reclaim_retry"])
@@ -58,9 +60,11 @@ class Mapping(unittest.TestCase):
                 self.assertEqual(m["memlake.%s" % name], s[name])
         self.assertNotIn("memlake.version", m)
 
-    def test_peaks_memlake_does_not_track_are_left_out(self):
+    def test_what_memlake_does_not_keep_is_left_out(self):
         m = memory_stats_from(numbered_stats())
-        self.assertNotIn("allocation.all.peak", m)
+        for key in ("allocation.large_pool.current", "inactive_split.all.current",
+                    "oversize_allocations.current", "allocated_bytes.all.allocated"):
+            self.assertNotIn(key, m)
 
     def test_a_missing_statistic_leaves_its_keys_out(self):
         s = numbered_stats()
@@ -88,6 +92,8 @@ class LiveAllocator(unittest.TestCase):
         self.assertEqual(m["allocated_bytes.all.current"], 0)
         self.assertEqual(m["allocated_bytes.all.peak"], 1024 + 5 * MiB)
         self.assertEqual(m["allocation.all.freed"], 2)
+        self.assertEqual(m["allocation.all.current"], 0)
+        self.assertEqual(m["allocation.all.peak"], 2)
         self.assertEqual(m["num_ooms"], 1)
         text = memory_summary_from(memlake.stats(device), device)
         self.assertIn("memlake memory summary, device 3", text)
