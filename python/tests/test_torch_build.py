@@ -8,6 +8,7 @@ compiler's error, and that the C++ file ships with the package and declares
 the functions Python hands it in the order Python fills them.
 test_torch_graphs.py builds and runs it against the real PyTorch on a GPU."""
 
+import ctypes
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ import unittest
 from pathlib import Path
 
 import support  # noqa: F401  (puts memlake on the path)
+import memlake  # noqa: E402
 from memlake import _torch_build as tb
 
 # A compiler that writes the file named after -o and logs its arguments, one
@@ -244,6 +246,11 @@ class Source(unittest.TestCase):
         declared = re.findall(r"\(\*(\w+)\)", body)
         self.assertEqual(tuple(declared), tb.FUNCTIONS)
         self.assertEqual([name for name, _ in tb.Functions._fields_], list(tb.FUNCTIONS))
+
+    def test_the_library_exports_every_function_the_allocator_calls(self):
+        lib = ctypes.CDLL(str(memlake.library_path()))
+        missing = [name for name in tb.FUNCTIONS if not hasattr(lib, "memlake_" + name)]
+        self.assertEqual(missing, [], "not in %s" % memlake.library_path())
 
 
 if __name__ == "__main__":
