@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <thread>
 
+#include "host/scoped_conf.hpp"
 #include "memlake/memlake.h"
 
 namespace {
@@ -37,9 +37,7 @@ memlake_stats stats_of(int device) {
 class CApi : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* old = std::getenv("MEMLAKE_CONF");
-    const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-    ::setenv("MEMLAKE_CONF", kConf, 1);
+    const memlake::test::ScopedConf conf(kConf);
     // The first allocations create the allocators of devices 0 and 1 with
     // kConf: two host "devices", each with its own lake, worker and streams.
     for (int device : {0, 1}) {
@@ -48,10 +46,6 @@ class CApi : public testing::Test {
       memlake_free(p, 1, device, nullptr);
       ASSERT_EQ(last_error(), "");
     }
-    if (saved)
-      ::setenv("MEMLAKE_CONF", saved->c_str(), 1);
-    else
-      ::unsetenv("MEMLAKE_CONF");
   }
 };
 

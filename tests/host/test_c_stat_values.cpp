@@ -6,11 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "host/scoped_conf.hpp"
 #include "memlake/memlake.h"
 
 namespace {
@@ -29,16 +28,10 @@ std::string error() {
 class CStatValues : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* old = std::getenv("MEMLAKE_CONF");
-    const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-    ::setenv("MEMLAKE_CONF", kConf, 1);
+    const memlake::test::ScopedConf conf(kConf);
     std::size_t ignored = 0;
     for (int device : {kStatsDevice, kFreshDevice})
       ASSERT_EQ(memlake_largest_available(device, &ignored), 0) << error();
-    if (saved)
-      ::setenv("MEMLAKE_CONF", saved->c_str(), 1);
-    else
-      ::unsetenv("MEMLAKE_CONF");
   }
 };
 

@@ -7,13 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "host/scoped_conf.hpp"
 #include "memlake/errors.hpp"
 #include "memlake/memlake.h"
 #include "memlake/torch_hooks.h"
@@ -63,15 +62,9 @@ struct Routing {
 class GraphCApi : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* old = std::getenv("MEMLAKE_CONF");
-    const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-    ::setenv("MEMLAKE_CONF", "backend:host,capacity:128M", 1);
+    const memlake::test::ScopedConf conf("backend:host,capacity:128M");
     void* p = memlake_malloc(1, kDevice, nullptr);
     memlake_free(p, 1, kDevice, nullptr);
-    if (saved)
-      ::setenv("MEMLAKE_CONF", saved->c_str(), 1);
-    else
-      ::unsetenv("MEMLAKE_CONF");
   }
 };
 

@@ -6,11 +6,10 @@
 // (test_c_api.cpp uses 0 and 1).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "c_api_table.hpp"
+#include "host/scoped_conf.hpp"
 #include "memlake/errors.hpp"
 #include "memlake/memlake.h"
 #include "memlake/torch_hooks.h"
@@ -32,19 +31,13 @@ std::int64_t reserved(int device) {
 class TorchHooks : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* old = std::getenv("MEMLAKE_CONF");
-    const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-    ::setenv("MEMLAKE_CONF", "backend:host,capacity:64M", 1);
+    const memlake::test::ScopedConf conf("backend:host,capacity:64M");
     // The program's fraction wins over the environment's capacity.
     memlake_torch_set_memory_fraction(kFraction, kFractionDevice);
     for (int device : {kDevice, kFractionDevice}) {
       void* p = memlake_torch_malloc(1, device, nullptr);
       memlake_torch_free(p, 1, device, nullptr);
     }
-    if (saved)
-      ::setenv("MEMLAKE_CONF", saved->c_str(), 1);
-    else
-      ::unsetenv("MEMLAKE_CONF");
   }
 };
 
