@@ -289,12 +289,7 @@ void* GraphPools::enter(GraphPool& p, const lake::Placed& placed, std::size_t by
   blocks_.emplace(placed.ptr, Block{&p, placed.size, bytes, stream, false});
   ++stats_.graph_allocs.current;
   gauge(stats_.graph_pool_live_bytes, static_cast<std::int64_t>(placed.size));
-  // The allocator's totals count every block handed out; graph_* are the
-  // pools' part.
-  ++stats_.allocs.current;
-  gauge(stats_.live_bytes, static_cast<std::int64_t>(placed.size));
-  gauge(stats_.requested_bytes, static_cast<std::int64_t>(bytes));
-  gauge(stats_.live_blocks, 1);
+  count_block(stats_, 1, placed.size, bytes);  // graph_* are the pools' part of the totals
   refresh_mapped();
   void* ptr = reinterpret_cast<void*>(placed.ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
@@ -318,10 +313,7 @@ bool GraphPools::deallocate(DevicePtr ptr, std::size_t bytes, StreamHandle strea
   blocks_.erase(it);
   b.pool->free(ptr, b.size, b.stream, stream, b.shared);
   gauge(stats_.graph_pool_live_bytes, -static_cast<std::int64_t>(b.size));
-  ++stats_.frees.current;
-  gauge(stats_.live_bytes, -static_cast<std::int64_t>(b.size));
-  gauge(stats_.requested_bytes, -static_cast<std::int64_t>(b.requested));
-  gauge(stats_.live_blocks, -1);
+  count_block(stats_, -1, b.size, b.requested);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) {
       o.on_free({reinterpret_cast<void*>(ptr), b.requested, stream});

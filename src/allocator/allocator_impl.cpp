@@ -159,11 +159,8 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
 void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
                               std::int64_t ns) {
   live_.emplace(placed.ptr, LiveBlock{placed.size, requested, stream, {}});
-  ++stats_.allocs.current;
+  count_block(stats_, 1, placed.size, requested);
   ++rung_stat(stats_, placed.rung).current;
-  gauge(stats_.live_bytes, static_cast<std::int64_t>(placed.size));
-  gauge(stats_.requested_bytes, static_cast<std::int64_t>(requested));
-  gauge(stats_.live_blocks, 1);
   void* p = reinterpret_cast<void*>(placed.ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) {
@@ -192,10 +189,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (MEMLAKE_UNLIKELY(!order_.admit(stream))) unknown_stream("free", stream, ptr);
   LiveBlock block = std::move(it->second);
   live_.erase(it);
-  ++stats_.frees.current;
-  gauge(stats_.live_bytes, -static_cast<std::int64_t>(block.size));
-  gauge(stats_.requested_bytes, -static_cast<std::int64_t>(block.requested));
-  gauge(stats_.live_blocks, -1);
+  count_block(stats_, -1, block.size, block.requested);
   // A block freed on another stream than its own was used on both.
   if (block.stream != stream && std::find(block.also_used_on.begin(), block.also_used_on.end(),
                                           block.stream) == block.also_used_on.end())

@@ -3,6 +3,7 @@
 // X-macro expansions can pick an overload by kind: stat_kind::gauge{}.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "memlake/observer.hpp"
@@ -19,6 +20,16 @@ struct counter {};
 inline void gauge(StatValue& v, std::int64_t delta) {
   v.current += delta;
   if (v.current > v.peak) v.peak = v.current;
+}
+
+// A block handed out (`sign` 1) or freed (-1), in the totals that count
+// every block, graph pools' included: allocs or frees, live and requested
+// bytes, live blocks.
+inline void count_block(Stats& s, int sign, std::size_t size, std::size_t requested) {
+  ++(sign > 0 ? s.allocs : s.frees).current;
+  gauge(s.live_bytes, sign * static_cast<std::int64_t>(size));
+  gauge(s.requested_bytes, sign * static_cast<std::int64_t>(requested));
+  gauge(s.live_blocks, sign);
 }
 
 // The rung_<name> counter of a rung.
