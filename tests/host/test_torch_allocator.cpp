@@ -5,6 +5,7 @@
 // process-wide C API table is this suite's.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -26,34 +27,43 @@ constexpr int kDevice = 9;
 constexpr std::size_t MiB = std::size_t{1} << 20;
 using TorchPool = c10::cuda::MempoolId_t;
 
-template <class F>
-void* address(F* f) {
-  return reinterpret_cast<void*>(f);
+// The allocator declares memlake.h's structs under its own names, field for
+// field.
+static_assert(sizeof(PoolId) == sizeof(memlake_pool_id) &&
+              offsetof(PoolId, second) == offsetof(memlake_pool_id, second));
+static_assert(sizeof(PoolBlock) == sizeof(memlake_pool_block) &&
+              offsetof(PoolBlock, size) == offsetof(memlake_pool_block, size) &&
+              offsetof(PoolBlock, stream) == offsetof(memlake_pool_block, stream));
+static_assert(sizeof(StatValue) == sizeof(memlake_stat_value) &&
+              offsetof(StatValue, peak) == offsetof(memlake_stat_value, peak));
+
+// A function taking those structs as the allocator's field declares it.
+template <class To, class From>
+To as(From* function) {
+  return reinterpret_cast<To>(reinterpret_cast<void (*)()>(function));
 }
 
-// What memlake/_torch_build.py fills from libmemlake.so, in FUNCTIONS order.
+// What memlake/_torch_build.py fills from libmemlake.so, each field from
+// its function: the compiler checks each type against the field's, except
+// for the three functions of those structs.
 MemlakeFunctions functions() {
   MemlakeFunctions f{};
-  void* addresses[] = {
-      address(memlake_torch_malloc),
-      address(memlake_torch_free),
-      address(memlake_torch_record_stream),
-      address(memlake_torch_empty_cache),
-      address(memlake_torch_set_memory_fraction),
-      address(memlake_torch_begin_allocate_to_pool),
-      address(memlake_torch_end_allocate_to_pool),
-      address(memlake_torch_release_pool),
-      address(memlake_pool_blocks),
-      address(memlake_restore_pool),
-      address(memlake_last_error),
-      address(memlake_stat_count),
-      address(memlake_stat_name),
-      address(memlake_get_stat_values),
-      address(memlake_reset_peak_stats),
-      address(memlake_largest_available),
-  };
-  static_assert(sizeof addresses == sizeof f, "one address per function of MemlakeFunctions");
-  std::memcpy(&f, addresses, sizeof f);
+  f.torch_malloc = memlake_torch_malloc;
+  f.torch_free = memlake_torch_free;
+  f.torch_record_stream = memlake_torch_record_stream;
+  f.torch_empty_cache = memlake_torch_empty_cache;
+  f.torch_set_memory_fraction = memlake_torch_set_memory_fraction;
+  f.torch_begin_allocate_to_pool = memlake_torch_begin_allocate_to_pool;
+  f.torch_end_allocate_to_pool = memlake_torch_end_allocate_to_pool;
+  f.torch_release_pool = memlake_torch_release_pool;
+  f.pool_blocks = as<decltype(f.pool_blocks)>(memlake_pool_blocks);
+  f.restore_pool = as<decltype(f.restore_pool)>(memlake_restore_pool);
+  f.last_error = memlake_last_error;
+  f.stat_count = memlake_stat_count;
+  f.stat_name = memlake_stat_name;
+  f.get_stat_values = as<decltype(f.get_stat_values)>(memlake_get_stat_values);
+  f.reset_peak_stats = memlake_reset_peak_stats;
+  f.largest_available = memlake_largest_available;
   return f;
 }
 

@@ -86,9 +86,7 @@ void CUDAPluggableAllocator::raw_delete(void* ptr) {
   free_fn_(ptr, metadata.size, metadata.device_idx, metadata.stream);
 }
 
-void CUDAPluggableAllocator::init(int /*device_count*/) {
-  initialized_ = true;
-}
+void CUDAPluggableAllocator::init(int /*device_count*/) {}
 
 void CUDAPluggableAllocator::cacheInfo(c10::DeviceIndex, size_t*) {
   unsupported("cacheInfo");

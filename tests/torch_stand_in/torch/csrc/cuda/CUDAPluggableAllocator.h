@@ -72,7 +72,6 @@ class CUDAPluggableAllocator : public CUDAAllocator {
   std::function<void(int, c10::cuda::MempoolId_t)> release_pool_fn_;
   std::mutex allocator_mutex_;
   std::unordered_map<void*, _AllocationMetadata> allocation_metadata_;
-  bool initialized_ = false;
 };
 
 }  // namespace torch::cuda::CUDAPluggableAllocator
