@@ -1,6 +1,7 @@
-"""Builds and installs memlake's allocator for PyTorch's CUDA graph trees
-(_torch_allocator.cpp): CUDAPluggableAllocator with the three calls graph
-trees need and the pluggable allocator refuses (docs/graphs.md).
+"""Builds and installs memlake's allocator for PyTorch (_torch_allocator.cpp):
+CUDAPluggableAllocator with calls the pluggable allocator refuses, those of
+CUDA graph trees (docs/graphs.md), torch.cuda's statistics and cacheInfo
+(docs/pytorch.md).
 
 The source is compiled on first use against the installed torch, with the
 C++ compiler of $CXX (else c++, else g++), into a per-user cache:

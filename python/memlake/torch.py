@@ -16,7 +16,8 @@ trees (torch.compile(mode="reduce-overhead")). The subclass is a small C++
 file (memlake/_torch_allocator.cpp) compiled against the installed torch on
 first use and cached (memlake/_torch_build.py); where it cannot be built,
 enable() warns and installs torch.cuda.memory.CUDAPluggableAllocator itself,
-under which reduce-overhead needs enable(plain_inductor_graphs=True).
+under which reduce-overhead needs enable(plain_inductor_graphs=True) and
+torch.cuda's statistics are refused (see below).
 
 An allocation memlake cannot serve raises RuntimeError with memlake's
 out-of-memory report (requested, live, reserved, largest free block,
@@ -85,13 +86,14 @@ def enable(conf=None, library=None, plain_inductor_graphs=False, graph_trees="au
     library: path of libmemlake.so (default: MEMLAKE_LIBRARY, next to this
     package, or the source tree's build/).
     graph_trees: whether memlake answers the calls of Inductor's CUDA graph
-    trees (torch.compile(mode="reduce-overhead")'s default), which PyTorch's
-    CUDAPluggableAllocator refuses. "auto" (the default) compiles
+    trees (torch.compile(mode="reduce-overhead")'s default), torch.cuda's
+    statistics and cuDNN's cacheInfo, which PyTorch's CUDAPluggableAllocator
+    refuses. "auto" (the default) compiles
     memlake/_torch_allocator.cpp against the installed torch on first use
     (memlake/_torch_build.py says where it is cached and which compiler
     runs) and installs it; if that fails, it warns (RuntimeWarning, with the
-    reason) and installs the plain CUDAPluggableAllocator, under which graph
-    trees are refused. True raises the failure instead; False installs the
+    reason) and installs the plain CUDAPluggableAllocator, under which those
+    calls are refused. True raises the failure instead; False installs the
     plain CUDAPluggableAllocator without compiling anything. While the
     argument is "auto", MEMLAKE_GRAPH_TREES=0 (or 1) in the environment
     stands for False (or True), for programs switched with memlake-run or
@@ -181,7 +183,9 @@ def _graph_tree_allocator(required):
         warnings.warn(
             "%s\nmemlake is installed through CUDAPluggableAllocator instead, under which "
             "PyTorch refuses CUDA graph trees: torch.compile(mode=\"reduce-overhead\") then "
-            "needs memlake.torch.enable(plain_inductor_graphs=True) (docs/graphs.md); "
+            "needs memlake.torch.enable(plain_inductor_graphs=True) (docs/graphs.md), and "
+            "torch.cuda's memory statistics and cuDNN's benchmark mode raise "
+            "(memlake.torch.memory_stats() gives the figures); "
             "graph_trees=False or MEMLAKE_GRAPH_TREES=0 skips the build" % e,
             RuntimeWarning, stacklevel=3)
         return None
