@@ -6,7 +6,14 @@
 // torch.cuda.memory_allocated(), max_memory_reserved() and the like through
 // getDeviceStats, resetPeakStats and resetAccumulatedStats, and cuDNN's
 // benchmark mode bounds its workspace by cacheInfo: memlake's statistics
-// (memlake_get_stat_values) and memlake_largest_available.
+// (memlake_get_stat_values) and memlake_largest_available. Memory profiling
+// (torch.cuda.memory._record_memory_history, _snapshot, _dump_snapshot for
+// pytorch.org/memory_viz) needs recordHistory and snapshot: this file keeps
+// the history of the blocks PyTorch allocates and frees through it, with the
+// stacks PyTorch's recorder gathers. Where the installed torch's history
+// interface differs from the one written here, memlake/_torch_build.py
+// builds the file again with MEMLAKE_TORCH_NO_HISTORY, and those calls stay
+// refused as under the plain pluggable allocator.
 //
 // memlake/_torch_build.py compiles this file against the installed torch on
 // first use. It is built against torch's headers and libraries alone: every
@@ -20,16 +27,22 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -137,15 +150,227 @@ struct PoolCheckpoint : cca::AllocatorState {
   std::vector<PoolBlock> blocks;
 };
 
-class MemlakeAllocator : public PluggableAllocator {
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+// ---- PyTorch's memory history ------------------------------------------------
+
+using TraceEntry = cca::TraceEntry;
+
+// What recordHistory was last told.
+struct HistorySettings {
+  bool enabled = false;
+  cca::CreateContextFn recorder = nullptr;
+  size_t max_entries = 0;
+  cca::RecordContext when = cca::RecordContext::NEVER;
+  bool clear = false;
+  std::vector<std::string> skip_actions;
+};
+
+// The allocations and frees PyTorch made through this allocator while
+// recording, as PyTorch's caching allocator keeps them: the last
+// `max_entries` trace entries of each device (an allocation, then its free
+// requested and completed: memlake takes a block back at once, in stream
+// order) and the stack of each live block allocated while recording. Stacks
+// come from PyTorch's recorder: at allocation from RecordContext::STATE on
+// (kept for the live block), in the allocation's entry from ALLOC on, in the
+// free's entries with ALL.
+class History {
+ public:
+  void configure(HistorySettings s) {
+    TORCH_CHECK(s.when == cca::RecordContext::NEVER || s.recorder != nullptr,
+                "memlake: recordHistory asks for stacks without a context recorder");
+    std::vector<TraceEntry::Action> skipped;
+    for (const std::string& name : s.skip_actions) skipped.push_back(action_named(name));
+    const std::lock_guard<std::mutex> lock(mutex_);
+    recorder_ = s.enabled ? s.recorder : nullptr;
+    when_ = s.enabled ? s.when : cca::RecordContext::NEVER;
+    max_entries_ = s.max_entries;
+    skipped_ = std::move(skipped);
+    for (auto& trace : traces_) {
+      if (!s.enabled || s.clear) trace.clear();
+      while (trace.size() > max_entries_) trace.pop_front();
+    }
+    if (!s.enabled) contexts_.clear();
+    enabled_.store(s.enabled, std::memory_order_release);
+  }
+
+  bool enabled() const { return enabled_.load(std::memory_order_acquire); }
+
+  void allocated(void* ptr, size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+    const auto [recorder, when] = recording();
+    // The recorder takes Python's lock to gather its stack: outside ours.
+    std::shared_ptr<c10::GatheredContext> context =
+        when >= cca::RecordContext::STATE && recorder != nullptr ? recorder() : nullptr;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (context) contexts_[ptr] = context;
+    add(TraceEntry::ALLOC, device, ptr, size, stream,
+        when >= cca::RecordContext::ALLOC ? context : nullptr);
+  }
+
+  void freed(void* ptr, size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+    const auto [recorder, when] = recording();
+    std::shared_ptr<c10::GatheredContext> context =
+        when >= cca::RecordContext::ALL && recorder != nullptr ? recorder() : nullptr;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    contexts_.erase(ptr);
+    add(TraceEntry::FREE_REQUESTED, device, ptr, size, stream, context);
+    add(TraceEntry::FREE_COMPLETED, device, ptr, size, stream, context);
+  }
+
+  // The stack of a live block allocated while recording, or null.
+  std::shared_ptr<c10::GatheredContext> context_of(void* ptr) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = contexts_.find(ptr);
+    return it == contexts_.end() ? nullptr : it->second;
+  }
+
+  // One list of entries per device, up to the highest device recorded, as
+  // SnapshotInfo::device_traces holds them.
+  std::vector<std::vector<TraceEntry>> traces() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::vector<TraceEntry>> out;
+    for (const auto& trace : traces_) out.emplace_back(trace.begin(), trace.end());
+    return out;
+  }
+
+ private:
+  std::pair<cca::CreateContextFn, cca::RecordContext> recording() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return {recorder_, when_};
+  }
+
+  static TraceEntry::Action action_named(const std::string& name) {
+    static const std::pair<const char*, TraceEntry::Action> kActions[] = {
+        {"alloc", TraceEntry::ALLOC},
+        {"free_requested", TraceEntry::FREE_REQUESTED},
+        {"free_completed", TraceEntry::FREE_COMPLETED},
+        {"segment_alloc", TraceEntry::SEGMENT_ALLOC},
+        {"segment_free", TraceEntry::SEGMENT_FREE},
+        {"snapshot", TraceEntry::SNAPSHOT},
+        {"oom", TraceEntry::OOM}};
+    for (const auto& [n, action] : kActions) {
+      if (name == n) return action;
+    }
+    TORCH_CHECK(false, "memlake: recordHistory was asked to skip \"", name,
+                "\", which is not a trace action");
+  }
+
+  // Under mutex_.
+  void add(TraceEntry::Action action, c10::DeviceIndex device, void* ptr, size_t size,
+           cudaStream_t stream, std::shared_ptr<c10::GatheredContext> context) {
+    if (max_entries_ == 0 || device < 0) return;
+    if (std::find(skipped_.begin(), skipped_.end(), action) != skipped_.end()) return;
+    if (traces_.size() <= static_cast<size_t>(device)) traces_.resize(device + 1);
+    auto& trace = traces_[device];
+    if (trace.size() == max_entries_) trace.pop_front();
+    trace.emplace_back(action, device, reinterpret_cast<size_t>(ptr), size, stream,
+                       c10::cuda::MempoolId_t{0, 0}, c10::getApproximateTime(), std::move(context));
+    // PyTorch's snapshot reads the time as microseconds since the epoch.
+    trace.back().time_.t_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  }
+
+  std::atomic<bool> enabled_{false};
+  mutable std::mutex mutex_;
+  cca::CreateContextFn recorder_ = nullptr;  // under mutex_, as what follows
+  cca::RecordContext when_ = cca::RecordContext::NEVER;
+  size_t max_entries_ = 0;
+  std::vector<TraceEntry::Action> skipped_;
+  std::vector<std::deque<TraceEntry>> traces_;  // by device
+  std::unordered_map<void*, std::shared_ptr<c10::GatheredContext>> contexts_;
+};
+
+// recordHistory, snapshot and isHistoryEnabled have changed their
+// parameters between torch versions: each is overridden with the
+// parameters the installed torch's own declaration has (deduced from its
+// member pointer), and hands what this file uses to the allocator.
+template <class Base, class Signature>
+class RecordHistoryHook;
+template <class Base, class Result, class Class, class... Args>
+class RecordHistoryHook<Base, Result (Class::*)(Args...)> : public Base {
+ public:
+  using Base::Base;
+  // (enabled, context recorder, most entries, when to record stacks[, clear
+  // the history[, actions to skip]])
+  Result recordHistory(Args... args) override {
+    const std::tuple<Args...> given(args...);
+    HistorySettings s;
+    s.enabled = std::get<0>(given);
+    s.recorder = std::get<1>(given);
+    s.max_entries = std::get<2>(given);
+    s.when = std::get<3>(given);
+    if constexpr (sizeof...(Args) > 4) s.clear = std::get<4>(given);
+    if constexpr (sizeof...(Args) > 5) {
+      for (const auto& name : std::get<5>(given)) s.skip_actions.emplace_back(name);
+    }
+    configure_history(std::move(s));
+  }
+
+ protected:
+  virtual void configure_history(HistorySettings s) = 0;
+};
+
+template <class Base, class Signature>
+class SnapshotHook;
+template <class Base, class Result, class Class, class... Args>
+class SnapshotHook<Base, Result (Class::*)(Args...)> : public Base {
+ public:
+  using Base::Base;
+  // ([pool[, with traces]])
+  Result snapshot(Args... args) override {
+    const std::tuple<Args...> given(args...);
+    c10::cuda::MempoolId_t pool{0, 0};
+    bool traces = true;
+    if constexpr (sizeof...(Args) > 0) pool = std::get<0>(given);
+    if constexpr (sizeof...(Args) > 1) traces = std::get<1>(given);
+    Result out{};
+    fill_snapshot(pool, traces, &out.segments, &out.device_traces);
+    return out;
+  }
+
+ protected:
+  virtual void fill_snapshot(c10::cuda::MempoolId_t pool, bool traces,
+                             std::vector<cca::SegmentInfo>* segments,
+                             std::vector<std::vector<TraceEntry>>* device_traces) = 0;
+};
+
+// isHistoryEnabled, where the installed torch declares it.
+template <class Base, class = void>
+class HistoryEnabledHook : public Base {
+ public:
+  using Base::Base;
+
+ protected:
+  virtual bool history_enabled() const = 0;
+};
+template <class Base>
+class HistoryEnabledHook<Base, std::void_t<decltype(&Base::isHistoryEnabled)>> : public Base {
+ public:
+  using Base::Base;
+  bool isHistoryEnabled() override { return history_enabled(); }
+
+ protected:
+  virtual bool history_enabled() const = 0;
+};
+
+using AllocatorBase = HistoryEnabledHook<SnapshotHook<
+    RecordHistoryHook<PluggableAllocator, decltype(&PluggableAllocator::recordHistory)>,
+    decltype(&PluggableAllocator::snapshot)>>;
+#else
+using AllocatorBase = PluggableAllocator;
+#endif  // MEMLAKE_TORCH_NO_HISTORY
+
+class MemlakeAllocator : public AllocatorBase {
  public:
   explicit MemlakeAllocator(const MemlakeFunctions& f)
-      : PluggableAllocator(
-            [m = f.torch_malloc](size_t size, int device, cudaStream_t stream) {
-              return m(size, device, stream);
+      : AllocatorBase(
+            [this](size_t size, int device, cudaStream_t stream) {
+              void* ptr = f_.torch_malloc(size, device, stream);
+              allocated(ptr, size, device, stream);
+              return ptr;
             },
-            [d = f.torch_free](void* ptr, size_t size, int device, cudaStream_t stream) {
-              d(ptr, size, device, stream);
+            [this](void* ptr, size_t size, int device, cudaStream_t stream) {
+              free_block(ptr, size, device, stream);
             }),
         f_(f),
         stat_count_(f.stat_count()) {
@@ -230,30 +455,46 @@ class MemlakeAllocator : public PluggableAllocator {
                 static_cast<int>(checkpoint->device));
     const PoolId pool = pool_id_of(checkpoint->pool);
     cca::CheckpointDelta delta;
-    // Under the lock from the restore on: a pointer it frees may be handed
-    // out again by another thread's malloc, whose record must not be the one
-    // erased here.
-    const std::lock_guard<std::mutex> lock(allocator_mutex_);
-    size_t live = 0;
-    if (f_.pool_blocks(device, pool, nullptr, 0, &live) != 0) {
-      fail("memlake_pool_blocks");
+    std::vector<PoolBlock> freed_blocks;  // for the history, after the lock
+    {
+      // Under the lock from the restore on: a pointer it frees may be handed
+      // out again by another thread's malloc, whose record must not be the
+      // one erased here.
+      const std::lock_guard<std::mutex> lock(allocator_mutex_);
+      size_t live = 0;
+      if (f_.pool_blocks(device, pool, nullptr, 0, &live) != 0) {
+        fail("memlake_pool_blocks");
+      }
+      std::vector<void*> freed(live);
+      size_t freed_count = 0;
+      if (f_.restore_pool(device, pool, checkpoint->blocks.data(), checkpoint->blocks.size(),
+                          freed.data(), freed.size(), &freed_count) != 0) {
+        fail("memlake_restore_pool");
+      }
+      freed.resize(freed_count);
+      for (void* ptr : freed) {
+        if (auto m = allocation_metadata_.find(ptr); m != allocation_metadata_.end()) {
+          freed_blocks.push_back(PoolBlock{ptr, m->second.size, m->second.stream});
+          allocation_metadata_.erase(m);
+        } else if (auto r = restored_.find(ptr); r != restored_.end()) {
+          freed_blocks.push_back(PoolBlock{ptr, r->second.size, r->second.stream});
+          restored_.erase(r);
+        }
+        delta.ptrs_freed.push_back(ptr);
+      }
+      for (const PoolBlock& b : checkpoint->blocks) {
+        restored_[b.ptr] = Restored{b.size, device, static_cast<cudaStream_t>(b.stream)};
+        delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, raw_deleter(),
+                                           c10::Device(c10::DeviceType::CUDA, device));
+      }
     }
-    std::vector<void*> freed(live);
-    size_t freed_count = 0;
-    if (f_.restore_pool(device, pool, checkpoint->blocks.data(), checkpoint->blocks.size(),
-                        freed.data(), freed.size(), &freed_count) != 0) {
-      fail("memlake_restore_pool");
-    }
-    freed.resize(freed_count);
-    for (void* ptr : freed) {
-      allocation_metadata_.erase(ptr);
-      restored_.erase(ptr);
-      delta.ptrs_freed.push_back(ptr);
+    // The history's recorder takes Python's lock: outside the allocator's.
+    // The restore's frees came first, then its allocations.
+    for (const PoolBlock& b : freed_blocks) {
+      freed(b.ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
     }
     for (const PoolBlock& b : checkpoint->blocks) {
-      restored_[b.ptr] = Restored{b.size, device, static_cast<cudaStream_t>(b.stream)};
-      delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, raw_deleter(),
-                                         c10::Device(c10::DeviceType::CUDA, device));
+      allocated(b.ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
     }
     return delta;
   }
@@ -276,7 +517,7 @@ class MemlakeAllocator : public PluggableAllocator {
       PluggableAllocator::raw_delete(ptr);
       return;
     }
-    f_.torch_free(ptr, r.size, r.device, r.stream);
+    free_block(ptr, r.size, r.device, r.stream);
   }
 
   // Whether the pool's live blocks are exactly `expected`.
@@ -291,6 +532,96 @@ class MemlakeAllocator : public PluggableAllocator {
   }
 
  private:
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+  void configure_history(HistorySettings s) override {
+    history_.configure(std::move(s));
+  }
+  bool history_enabled() const override {
+    return history_.enabled();
+  }
+
+  // PyTorch's snapshot of memlake's memory: each live block (of `pool`
+  // where one is named) as a segment of its own holding that one block,
+  // since memlake's ranges share physical memory and have no counterpart
+  // among PyTorch's segments (torch.cuda.memory_reserved() gives the
+  // memory memlake holds), and the trace of each device while recording.
+  void fill_snapshot(c10::cuda::MempoolId_t pool, bool with_traces,
+                     std::vector<cca::SegmentInfo>* segments,
+                     std::vector<std::vector<TraceEntry>>* device_traces) override {
+    const bool of_pool = pool != c10::cuda::MempoolId_t{0, 0};
+    std::vector<std::pair<c10::DeviceIndex, PoolBlock>> blocks;
+    std::vector<c10::DeviceIndex> devices;
+    {
+      const std::lock_guard<std::mutex> lock(allocator_mutex_);
+      for (const auto& [ptr, m] : allocation_metadata_) {
+        devices.push_back(m.device_idx);
+        blocks.push_back({m.device_idx, PoolBlock { ptr, m.size, m.stream }});
+      }
+      for (const auto& [ptr, r] : restored_) {
+        devices.push_back(r.device);
+        blocks.push_back({r.device, PoolBlock { ptr, r.size, r.stream }});
+      }
+    }
+    if (of_pool) {
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+      blocks.clear();
+      for (c10::DeviceIndex device : devices) {
+        for (const PoolBlock& b : live_blocks(device, pool)) blocks.push_back({device, b});
+      }
+    }
+    for (const auto& [device, b] : blocks) {
+      const size_t rounded = (b.size + kRounding - 1) / kRounding * kRounding;
+      cca::BlockInfo block;
+      block.size = rounded;
+      block.requested_size = b.size;
+      block.allocated = true;
+      block.active = true;
+      block.context_when_allocated = history_.context_of(b.ptr);
+      cca::SegmentInfo segment;
+      segment.device = device;
+      segment.address = reinterpret_cast<size_t>(b.ptr);
+      segment.total_size = rounded;
+      segment.requested_size = b.size;
+      segment.allocated_size = rounded;
+      segment.active_size = rounded;
+      segment.stream = static_cast<cudaStream_t>(b.stream);
+      segment.is_large = b.size > kSmallSize;
+      if (of_pool) segment.owner_private_pool_id = pool;
+      segment.context_when_allocated = block.context_when_allocated;
+      segment.blocks.push_back(std::move(block));
+      segments->push_back(std::move(segment));
+    }
+    std::sort(
+        segments->begin(), segments->end(),
+        [](const cca::SegmentInfo& a, const cca::SegmentInfo& b) { return a.address < b.address; });
+    if (with_traces) *device_traces = history_.traces();
+  }
+#endif
+
+  void allocated([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size,
+                 [[maybe_unused]] int device, [[maybe_unused]] cudaStream_t stream) {
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+    if (ptr != nullptr && history_.enabled())
+      history_.allocated(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+#endif
+  }
+
+  void freed([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size, [[maybe_unused]] int device,
+             [[maybe_unused]] cudaStream_t stream) {
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+    if (history_.enabled())
+      history_.freed(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+#endif
+  }
+
+  // The history sees the free before memlake does: once memlake has the
+  // block back, another thread may be handed the same address.
+  void free_block(void* ptr, size_t size, int device, cudaStream_t stream) {
+    freed(ptr, size, device, stream);
+    f_.torch_free(ptr, size, device, stream);
+  }
+
   // The pool's live blocks; asked again if the pool grew between the count
   // and the list.
   std::vector<PoolBlock> live_blocks(c10::DeviceIndex device, c10::cuda::MempoolId_t id) {
@@ -338,12 +669,19 @@ class MemlakeAllocator : public PluggableAllocator {
   // Each counter's value at the device's last resetAccumulatedStats.
   using Baseline = std::array<int64_t, kStatCount>;
 
+  // PyTorch's rounding of a block's size, and its largest small block.
+  static constexpr size_t kRounding = 512;
+  static constexpr size_t kSmallSize = size_t{1} << 20;
+
   MemlakeFunctions f_;
   int stat_count_;
   int stat_index_[kStatCount];
   std::unordered_map<void*, Restored> restored_;  // under allocator_mutex_
   std::mutex stats_mutex_;
   std::unordered_map<c10::DeviceIndex, Baseline> baselines_;  // under stats_mutex_
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+  History history_;
+#endif
 };
 
 void copy_message(const char* message, char* error, size_t error_len) {

@@ -1,7 +1,7 @@
 """Builds and installs memlake's allocator for PyTorch (_torch_allocator.cpp):
 CUDAPluggableAllocator with calls the pluggable allocator refuses, those of
-CUDA graph trees (docs/graphs.md), torch.cuda's statistics and cacheInfo
-(docs/pytorch.md).
+CUDA graph trees (docs/graphs.md), torch.cuda's statistics, cacheInfo and
+the memory history (docs/pytorch.md).
 
 The source is compiled on first use against the installed torch, with the
 C++ compiler of $CXX (else c++, else g++), into a per-user cache:
@@ -45,6 +45,11 @@ WHEEL_CUDA_INCLUDES = ("nvidia/cuda_runtime/include", "nvidia/cu13/include",
                        "nvidia/cu12/include")
 
 _STDERR_TAIL = 3000  # characters of a failed compiler's output in the error
+
+# Leaves out the memory history (recordHistory, snapshot), whose interface
+# changes between torch versions more than the rest: a torch whose interface
+# the file does not fit still gets graph trees and statistics.
+NO_HISTORY = "MEMLAKE_TORCH_NO_HISTORY"
 
 
 class BuildError(RuntimeError):
@@ -153,10 +158,11 @@ def cuda_include_dir(include_dirs, environ=None, site_dirs=None):
                      "CUDA toolkit)" % ", ".join(str(d) for d in list(include_dirs) + candidates))
 
 
-def compile_command(cxx, source, output, include_dirs, library_dir, abi):
+def compile_command(cxx, source, output, include_dirs, library_dir, abi, defines=()):
     library_dir = str(library_dir)
     return (list(cxx) + ["-O2", "-shared", "-fPIC", "-std=c++17",
                          "-D_GLIBCXX_USE_CXX11_ABI=%d" % int(abi)]
+            + ["-D" + d for d in defines]
             + [w for d in include_dirs for w in ("-isystem", str(d))]
             + [str(source), "-o", str(output), "-L" + library_dir, "-Wl,-rpath," + library_dir]
             + ["-l" + name for name in LIBRARIES])
@@ -211,12 +217,27 @@ def build(torch, source=SOURCE, environ=None, site_dirs=None):
         if cuda is not None:
             includes.append(cuda)
         partial = Path("%s.%d.partial" % (target, os.getpid()))
-        command = compile_command(compiler(environ), source, partial, includes, library_dir, abi)
+        cxx = compiler(environ)
+        command = compile_command(cxx, source, partial, includes, library_dir, abi)
         sys.stderr.write("memlake: compiling the graph-tree allocator for torch %s into %s "
                          "(once for this torch)\n" % (torch.__version__, target))
         sys.stderr.flush()
         try:
-            _run_compiler(command, environ)
+            try:
+                _run_compiler(command, environ)
+            except BuildError as full:
+                command = compile_command(cxx, source, partial, includes, library_dir, abi,
+                                          defines=[NO_HISTORY])
+                try:
+                    _run_compiler(command, environ)
+                except BuildError:
+                    raise full from None
+                sys.stderr.write(
+                    "memlake: built without PyTorch's memory history (torch.cuda.memory."
+                    "_record_memory_history and _snapshot stay refused): this torch's "
+                    "recordHistory or snapshot interface is not the one memlake's allocator "
+                    "is written for. The compiler said:\n%s\n" % str(full)[-_STDERR_TAIL:])
+                sys.stderr.flush()
             os.replace(partial, target)
         finally:
             if partial.exists():

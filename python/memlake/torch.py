@@ -32,8 +32,10 @@ pytorch.org/memory_viz, and dump_timeline() writes a Perfetto trace.
 
 The subclass also answers torch.cuda's own statistics
 (torch.cuda.memory_allocated(), max_memory_reserved(), memory_stats(),
-memory_summary(), reset_peak_memory_stats(), ...) from memlake's, and
-cacheInfo, which cuDNN's benchmark mode sizes its workspace by. Under the
+memory_summary(), reset_peak_memory_stats(), ...) from memlake's,
+cacheInfo, which cuDNN's benchmark mode sizes its workspace by, and
+PyTorch's memory history (torch.cuda.memory._record_memory_history(),
+_snapshot(), _dump_snapshot(), with Python stacks; docs/profiling.md). Under the
 plain CUDAPluggableAllocator PyTorch refuses those calls; the functions here
 give the same figures under the same names either way, and memory_stats()
 under PyTorch's keys (memlake/torch_stats.py says which key comes from which
@@ -87,8 +89,8 @@ def enable(conf=None, library=None, plain_inductor_graphs=False, graph_trees="au
     package, or the source tree's build/).
     graph_trees: whether memlake answers the calls of Inductor's CUDA graph
     trees (torch.compile(mode="reduce-overhead")'s default), torch.cuda's
-    statistics and cuDNN's cacheInfo, which PyTorch's CUDAPluggableAllocator
-    refuses. "auto" (the default) compiles
+    statistics, cuDNN's cacheInfo and the memory history, which PyTorch's
+    CUDAPluggableAllocator refuses. "auto" (the default) compiles
     memlake/_torch_allocator.cpp against the installed torch on first use
     (memlake/_torch_build.py says where it is cached and which compiler
     runs) and installs it; if that fails, it warns (RuntimeWarning, with the
@@ -184,8 +186,10 @@ def _graph_tree_allocator(required):
             "%s\nmemlake is installed through CUDAPluggableAllocator instead, under which "
             "PyTorch refuses CUDA graph trees: torch.compile(mode=\"reduce-overhead\") then "
             "needs memlake.torch.enable(plain_inductor_graphs=True) (docs/graphs.md), and "
-            "torch.cuda's memory statistics and cuDNN's benchmark mode raise "
-            "(memlake.torch.memory_stats() gives the figures); "
+            "torch.cuda's memory statistics, cuDNN's benchmark mode and "
+            "torch.cuda.memory._record_memory_history raise (memlake.torch.memory_stats() "
+            "gives the figures, memlake.torch.snapshot() with the timeline option the "
+            "snapshot); "
             "graph_trees=False or MEMLAKE_GRAPH_TREES=0 skips the build" % e,
             RuntimeWarning, stacklevel=3)
         return None

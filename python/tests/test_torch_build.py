@@ -4,11 +4,14 @@ cache key and folder, the include folders taken from a stand-in
 torch.utils.cpp_extension of either API, the search for CUDA's runtime
 headers, the compiler command, one build for concurrent callers and none
 once cached (a stand-in compiler that writes its output), a failing
-compiler's error, and that the C++ file ships with the package and declares
+compiler's error, the build without the memory history where only that
+part fails, and that the C++ file ships with the package and declares
 the functions Python hands it in the order Python fills them.
 test_torch_graphs.py builds and runs it against the real PyTorch on a GPU."""
 
+import contextlib
 import ctypes
+import io
 import os
 import re
 import sys
@@ -25,12 +28,16 @@ from memlake import _torch_build as tb
 
 # A compiler that writes the file named after -o and logs its arguments, one
 # line a run, to the file named by FAKE_CXX_LOG; with FAKE_CXX_FAIL set it
-# prints an error and fails instead.
+# prints an error and fails instead, with FAKE_CXX_FAIL_HISTORY only where
+# the memory history is compiled in.
 FAKE_CXX = textwrap.dedent("""
     import os, sys, time
     args = sys.argv[1:]
     if os.environ.get("FAKE_CXX_FAIL"):
         sys.stderr.write("fatal error: torch/csrc/cuda/CUDAPluggableAllocator.h: boom\\n")
+        sys.exit(1)
+    if os.environ.get("FAKE_CXX_FAIL_HISTORY") and "-DMEMLAKE_TORCH_NO_HISTORY" not in args:
+        sys.stderr.write("error: no member named 'recordHistory' to override\\n")
         sys.exit(1)
     time.sleep(float(os.environ.get("FAKE_CXX_SLEEP", "0")))
     with open(os.environ["FAKE_CXX_LOG"], "a") as log:
@@ -224,6 +231,23 @@ class Build(unittest.TestCase):
         self.assertIn("CUDAPluggableAllocator.h: boom", text)  # its output
         self.assertEqual([p.name for p in self.cache.iterdir() if not p.name.endswith(".lock")],
                          [])
+
+    def test_a_torch_whose_history_interface_differs_gets_the_rest(self):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            path = self.build(FAKE_CXX_FAIL_HISTORY="1")
+        self.assertEqual(path.read_text(), "compiled")
+        runs = self.log.read_text().splitlines()
+        self.assertEqual(len(runs), 1)  # the run that failed wrote no line
+        self.assertIn("-DMEMLAKE_TORCH_NO_HISTORY", runs[0])
+        self.assertIn("built without PyTorch's memory history", stderr.getvalue())
+        self.assertIn("no member named 'recordHistory'", stderr.getvalue())
+        self.assertEqual(path, self.build())  # the cache holds it: no third run
+        self.assertEqual(len(self.log.read_text().splitlines()), 1)
+
+    def test_a_full_build_passes_no_define(self):
+        self.build()
+        self.assertNotIn("MEMLAKE_TORCH_NO_HISTORY", self.log.read_text())
 
     def test_a_missing_compiler_is_named(self):
         with self.assertRaisesRegex(tb.BuildError, "cannot run the compiler.*no-such-cxx"):

@@ -48,8 +48,8 @@ UNCHANGED_PROGRAM = textwrap.dedent("""
 
 @unittest.skipUnless(HAVE_GPU, "needs torch with a CUDA GPU")
 class TorchOnMemlake(unittest.TestCase):
-    def check(self, body, env=None):
-        r = run_child(body, env)
+    def check(self, body, env=None, args=()):
+        r = run_child(body, env, args)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         return r.stdout
 
@@ -220,6 +220,53 @@ class TorchOnMemlake(unittest.TestCase):
             assert torch.allclose(g, g0, rtol=1e-3, atol=1e-2), (g - g0).abs().max()
             print("cudnn benchmark on memlake, largest difference", float((y - y0).abs().max()))
         """)
+
+    def test_torch_memory_history_and_snapshot_are_memlakes(self):
+        # torch.cuda.memory._record_memory_history / _snapshot / _dump_snapshot
+        # (pytorch.org/memory_viz), which the plain pluggable allocator
+        # refuses, record memlake's allocations with their Python stacks.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = self.check("""
+                import pickle, sys, torch, memlake.torch
+                memlake.torch.enable(graph_trees=True)
+                before = torch.empty(1 << 20, device="cuda")
+                torch.cuda.memory._record_memory_history(max_entries=1000)
+
+                def make_activation():
+                    return torch.ones(3 << 20, device="cuda")
+
+                a = make_activation()
+                b = torch.empty(1000, device="cuda", dtype=torch.uint8)
+                del b
+                s = torch.cuda.memory._snapshot()
+                dev = torch.cuda.current_device()
+                trace = s["device_traces"][dev]
+                actions = [(e["action"], e["addr"], e["size"]) for e in trace]
+                assert ("alloc", a.data_ptr(), 3 << 22) in actions, actions
+                frees = [e for e in trace if e["action"] == "free_completed"]
+                assert len(frees) == 1 and frees[0]["size"] == 1000, frees
+                alloc = next(e for e in trace if e["addr"] == a.data_ptr())
+                names = [f["name"] for f in alloc["frames"]]
+                assert "make_activation" in names, names
+                assert all(t["time_us"] > 0 for t in trace)
+                addresses = {seg["address"] for seg in s["segments"]}
+                assert a.data_ptr() in addresses and before.data_ptr() in addresses, addresses
+                seg = next(x for x in s["segments"] if x["address"] == a.data_ptr())
+                assert seg["blocks"][0]["state"] == "active_allocated", seg
+                assert seg["total_size"] == 3 << 22, seg
+                torch.cuda.memory._dump_snapshot(sys.argv[1])
+                with open(sys.argv[1], "rb") as f:
+                    dumped = pickle.load(f)
+                assert len(dumped["device_traces"][dev]) == len(trace), dumped.keys()
+                from torch.cuda import _memory_viz
+                assert "<html" in _memory_viz.trace_plot(dumped).lower()
+                assert int(a[-1]) == 1  # the tensor's bytes, through all of it
+                torch.cuda.memory._record_memory_history(enabled=None)
+                c = torch.empty(4096, device="cuda")
+                assert not torch.cuda.memory._snapshot()["device_traces"][dev]
+                print("history entries", len(trace), "segments", len(s["segments"]))
+            """, args=[str(Path(tmp) / "snapshot.pickle")])
+        self.assertIn("history entries", out)
 
     def test_memlake_run_switches_an_unchanged_program(self):
         with tempfile.TemporaryDirectory() as tmp:

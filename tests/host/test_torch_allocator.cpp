@@ -1,10 +1,13 @@
 // memlake's PyTorch allocator (python/memlake/_torch_allocator.cpp) built
 // against the stand-in torch of tests/torch_stand_in and run over the real C
-// API on the host backend: torch.cuda's statistics, cacheInfo, and the pool
-// checkpoints of CUDA graph trees, as PyTorch calls them. Device 9 of the
+// API on the host backend: torch.cuda's statistics, cacheInfo, the pool
+// checkpoints of CUDA graph trees and the memory history
+// (torch.cuda.memory._record_memory_history, _snapshot), as PyTorch calls
+// them. Device 9 of the
 // process-wide C API table is this suite's.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -214,6 +217,227 @@ TEST_F(TorchAllocator, ACheckpointOfAnotherAllocatorIsRefusedByName) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("did not make"), std::string::npos) << e.what();
   }
+}
+
+// ---- the memory history -------------------------------------------------------
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using Entry = cca::TraceEntry;
+
+// What PyTorch's context recorder returns (a captured stack): numbered, so a
+// test sees which call's stack an entry holds.
+struct Stack : c10::GatheredContext {
+  explicit Stack(int number) : number(number) {}
+  int number;
+};
+int g_stacks = 0;
+std::shared_ptr<c10::GatheredContext> record_stack() {
+  return std::make_shared<Stack>(++g_stacks);
+}
+int stack_number(const std::shared_ptr<c10::GatheredContext>& context) {
+  auto* stack = dynamic_cast<Stack*>(context.get());
+  return stack == nullptr ? 0 : stack->number;
+}
+
+// This device's entries of a snapshot.
+std::vector<Entry> trace_of(const cca::SnapshotInfo& s) {
+  if (s.device_traces.size() <= static_cast<std::size_t>(kDevice)) return {};
+  return s.device_traces[kDevice];
+}
+
+const cca::SegmentInfo* segment_at(const cca::SnapshotInfo& s, const void* ptr) {
+  for (const cca::SegmentInfo& segment : s.segments)
+    if (segment.address == reinterpret_cast<std::size_t>(ptr)) return &segment;
+  return nullptr;
+}
+
+// PyTorch calls these through its allocator interface, with the defaults
+// its declarations give.
+class TorchHistory : public TorchAllocator {
+ protected:
+  static cca::CUDAAllocator& api() { return allocator(); }
+  void TearDown() override {
+    api().recordHistory(false, nullptr, 0, cca::RecordContext::NEVER, false, {});
+  }
+  static void record(std::size_t max_entries, cca::RecordContext when, bool clear = false,
+                     const std::vector<std::string>& skip = {}) {
+    api().recordHistory(true, &record_stack, max_entries, when, clear, skip);
+  }
+};
+
+TEST_F(TorchHistory, AllocationsAndFreesAreTracedWithTheirStacks) {
+  MemlakeAllocator& a = allocator();
+  void* before = a.malloc(4096, kDevice, nullptr);  // allocated before recording
+  EXPECT_FALSE(api().isHistoryEnabled());
+  record(100, cca::RecordContext::ALL);
+  EXPECT_TRUE(api().isHistoryEnabled());
+  cudaStream_t stream = nullptr;  // the host backend's default stream
+  const int first_stack = g_stacks + 1;
+  void* p = a.malloc(3 * MiB + 100, kDevice, stream);
+  void* q = a.malloc(1000, kDevice, stream);
+  std::memset(p, 0x6b, 3 * MiB + 100);
+  a.raw_delete(q);
+
+  const cca::SnapshotInfo s = api().snapshot();
+  const std::vector<Entry> trace = trace_of(s);
+  ASSERT_EQ(trace.size(), 4u) << "p and q allocated, q's free requested and completed";
+  EXPECT_EQ(trace[0].action_, Entry::ALLOC);
+  EXPECT_EQ(trace[0].addr_, reinterpret_cast<std::size_t>(p));
+  EXPECT_EQ(trace[0].size_, 3 * MiB + 100);
+  EXPECT_EQ(trace[0].stream_, stream);
+  EXPECT_EQ(trace[0].device_, kDevice);
+  EXPECT_EQ(stack_number(trace[0].context_), first_stack);
+  EXPECT_EQ(trace[1].action_, Entry::ALLOC);
+  EXPECT_EQ(trace[1].addr_, reinterpret_cast<std::size_t>(q));
+  EXPECT_EQ(stack_number(trace[1].context_), first_stack + 1);
+  EXPECT_EQ(trace[2].action_, Entry::FREE_REQUESTED);
+  EXPECT_EQ(trace[3].action_, Entry::FREE_COMPLETED);
+  EXPECT_EQ(trace[3].addr_, reinterpret_cast<std::size_t>(q));
+  EXPECT_EQ(trace[3].size_, 1000u);
+  EXPECT_EQ(stack_number(trace[3].context_), first_stack + 2) << "ALL: the free's stack too";
+  // Microseconds since the epoch, in order.
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    EXPECT_LE(trace[i].time_.t_, now_us) << i;
+    EXPECT_GT(trace[i].time_.t_, now_us - 60'000'000) << i;
+    if (i > 0) {
+      EXPECT_GE(trace[i].time_.t_, trace[i - 1].time_.t_) << i;
+    }
+  }
+
+  // Segments: each live block, with its stack where it was allocated while
+  // recording; q is gone.
+  const cca::SegmentInfo* sp = segment_at(s, p);
+  ASSERT_NE(sp, nullptr);
+  EXPECT_EQ(sp->device, kDevice);
+  EXPECT_EQ(sp->total_size, 3 * MiB + 512) << "rounded to 512 bytes";
+  EXPECT_EQ(sp->requested_size, 3 * MiB + 100);
+  EXPECT_EQ(sp->stream, stream);
+  EXPECT_TRUE(sp->is_large);
+  ASSERT_EQ(sp->blocks.size(), 1u);
+  EXPECT_TRUE(sp->blocks[0].allocated);
+  EXPECT_EQ(sp->blocks[0].size, 3 * MiB + 512);
+  EXPECT_EQ(stack_number(sp->blocks[0].context_when_allocated), first_stack);
+  const cca::SegmentInfo* sb = segment_at(s, before);
+  ASSERT_NE(sb, nullptr) << "blocks from before the recording are in the snapshot";
+  EXPECT_FALSE(sb->is_large);
+  EXPECT_EQ(stack_number(sb->blocks[0].context_when_allocated), 0);
+  EXPECT_EQ(segment_at(s, q), nullptr);
+  for (std::size_t i = 1; i < s.segments.size(); ++i)
+    EXPECT_LT(s.segments[i - 1].address, s.segments[i].address);
+
+  // The block's bytes are intact through the history's bookkeeping.
+  auto* bytes = static_cast<std::uint8_t*>(p);
+  for (std::size_t i = 0; i < 3 * MiB + 100; i += 4093) ASSERT_EQ(bytes[i], 0x6b) << i;
+  a.raw_delete(p);
+  a.raw_delete(before);
+  EXPECT_EQ(trace_of(api().snapshot()).size(), 8u)
+      << "two frees more, each requested and completed";
+}
+
+TEST_F(TorchHistory, StacksAreKeptAsRecordContextSays) {
+  MemlakeAllocator& a = allocator();
+  record(100, cca::RecordContext::STATE);
+  void* p = a.malloc(MiB, kDevice, nullptr);
+  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  cca::SnapshotInfo s = api().snapshot();
+  for (const Entry& e : trace_of(s))
+    EXPECT_EQ(e.context_, nullptr) << "STATE: no stack in the trace";
+  ASSERT_NE(segment_at(s, p), nullptr);
+  EXPECT_NE(segment_at(s, p)->blocks[0].context_when_allocated, nullptr)
+      << "STATE: the live block's stack";
+  a.raw_delete(p);
+
+  record(100, cca::RecordContext::ALLOC, /*clear=*/true);
+  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  s = api().snapshot();
+  ASSERT_EQ(trace_of(s).size(), 3u) << "the history was cleared";
+  EXPECT_NE(trace_of(s)[0].context_, nullptr) << "ALLOC: the allocation's stack";
+  EXPECT_EQ(trace_of(s)[2].context_, nullptr) << "ALLOC: not the free's";
+
+  record(100, cca::RecordContext::NEVER, /*clear=*/true);
+  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  for (const Entry& e : trace_of(api().snapshot())) EXPECT_EQ(e.context_, nullptr);
+}
+
+TEST_F(TorchHistory, TheTraceKeepsTheLastEntriesAndSkipsWhatItIsTold) {
+  MemlakeAllocator& a = allocator();
+  record(5, cca::RecordContext::NEVER, /*clear=*/true);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(a.malloc(4096 * (i + 1), kDevice, nullptr));
+  std::vector<Entry> trace = trace_of(api().snapshot());
+  ASSERT_EQ(trace.size(), 4u);
+  a.raw_delete(blocks[0]);
+  trace = trace_of(api().snapshot());
+  ASSERT_EQ(trace.size(), 5u) << "at most 5 entries";
+  EXPECT_EQ(trace.front().addr_, reinterpret_cast<std::size_t>(blocks[1]))
+      << "the oldest went first";
+  EXPECT_EQ(trace.back().action_, Entry::FREE_COMPLETED);
+
+  record(100, cca::RecordContext::NEVER, /*clear=*/true, {"free_requested", "free_completed"});
+  a.raw_delete(blocks[1]);
+  void* p = a.malloc(8192, kDevice, nullptr);
+  trace = trace_of(api().snapshot());
+  ASSERT_EQ(trace.size(), 1u) << "frees skipped";
+  EXPECT_EQ(trace[0].action_, Entry::ALLOC);
+  EXPECT_EQ(trace[0].addr_, reinterpret_cast<std::size_t>(p));
+  EXPECT_THROW(record(100, cca::RecordContext::NEVER, false, {"no_such_action"}), c10::Error);
+
+  // Stopping drops the history; nothing is recorded until it starts again.
+  api().recordHistory(false, nullptr, 0, cca::RecordContext::NEVER, false, {});
+  EXPECT_FALSE(api().isHistoryEnabled());
+  a.raw_delete(p);
+  EXPECT_TRUE(trace_of(api().snapshot()).empty());
+  EXPECT_TRUE(trace_of(api().snapshot({0, 0}, /*include_traces=*/false)).empty());
+  for (std::size_t i = 2; i < blocks.size(); ++i) a.raw_delete(blocks[i]);
+}
+
+TEST_F(TorchHistory, ASnapshotOfAPoolHoldsThatPoolsBlocks) {
+  MemlakeAllocator& a = allocator();
+  const TorchPool pool{0, 902};
+  record(100, cca::RecordContext::STATE, /*clear=*/true);
+  void* outside = a.malloc(MiB, kDevice, nullptr);
+  a.beginAllocateToPool(kDevice, pool, [](cudaStream_t) { return true; });
+  void* inside = a.malloc(2 * MiB, kDevice, nullptr);
+  a.endAllocateToPool(kDevice, pool);
+  cca::SnapshotInfo s = api().snapshot(pool);
+  ASSERT_EQ(s.segments.size(), 1u);
+  EXPECT_EQ(s.segments[0].address, reinterpret_cast<std::size_t>(inside));
+  EXPECT_EQ(s.segments[0].owner_private_pool_id, pool);
+  EXPECT_NE(s.segments[0].blocks[0].context_when_allocated, nullptr);
+  s = api().snapshot();
+  EXPECT_NE(segment_at(s, inside), nullptr);
+  EXPECT_NE(segment_at(s, outside), nullptr);
+
+  // Graph trees put a pool back: the history sees the blocks the restore
+  // frees and allocates, so the trace stays a sequence of allocations and
+  // their frees.
+  auto checkpoint = a.getCheckpointState(kDevice, pool);
+  a.raw_delete(inside);
+  record(100, cca::RecordContext::NEVER, /*clear=*/true);
+  {
+    auto delta = a.setCheckpointPoolState(kDevice, checkpoint);
+    ASSERT_EQ(delta.dataptrs_allocd.size(), 1u);
+    std::vector<Entry> trace = trace_of(api().snapshot());
+    ASSERT_EQ(trace.size(), 1u);
+    EXPECT_EQ(trace[0].action_, Entry::ALLOC);
+    EXPECT_EQ(trace[0].addr_, reinterpret_cast<std::size_t>(inside));
+    EXPECT_EQ(trace[0].size_, 2 * MiB);
+  }
+  std::vector<Entry> trace = trace_of(api().snapshot());
+  ASSERT_EQ(trace.size(), 3u) << "the restored block freed when its DataPtr went";
+  EXPECT_EQ(trace[2].action_, Entry::FREE_COMPLETED);
+  EXPECT_EQ(trace[2].addr_, reinterpret_cast<std::size_t>(inside));
+  a.raw_delete(outside);
+  a.releasePool(kDevice, pool);
+}
+
+TEST_F(TorchHistory, RecordingNeedsARecorderForStacks) {
+  EXPECT_THROW(api().recordHistory(true, nullptr, 10, cca::RecordContext::ALLOC, false, {}),
+               c10::Error);
+  EXPECT_FALSE(api().isHistoryEnabled());
 }
 
 }  // namespace

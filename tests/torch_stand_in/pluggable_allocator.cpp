@@ -127,5 +127,14 @@ bool CUDAPluggableAllocator::checkPoolLiveAllocations(c10::DeviceIndex, c10::cud
                                                       const std::unordered_set<void*>&) {
   unsupported("checkPoolLiveAllocations");
 }
+c10::cuda::CUDACachingAllocator::SnapshotInfo CUDAPluggableAllocator::snapshot(
+    c10::cuda::MempoolId_t, bool) {
+  unsupported("snapshot");
+}
+void CUDAPluggableAllocator::recordHistory(bool, c10::cuda::CUDACachingAllocator::CreateContextFn,
+                                           size_t, c10::cuda::CUDACachingAllocator::RecordContext,
+                                           bool, const std::vector<std::string>&) {
+  unsupported("recordHistory");
+}
 
 }  // namespace torch::cuda::CUDAPluggableAllocator

@@ -8,7 +8,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "c10/cuda/CUDACachingAllocator.h"
 #include "c10/util/Exception.h"
@@ -59,6 +61,13 @@ class CUDAPluggableAllocator : public CUDAAllocator {
       std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> pps) override;
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
                                 const std::unordered_set<void*>& expected) override;
+  c10::cuda::CUDACachingAllocator::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id,
+                                                         bool include_traces) override;
+  void recordHistory(bool enabled,
+                     c10::cuda::CUDACachingAllocator::CreateContextFn context_recorder,
+                     size_t alloc_trace_max_entries,
+                     c10::cuda::CUDACachingAllocator::RecordContext when, bool clearHistory,
+                     const std::vector<std::string>& skip_actions) override;
 
  protected:
   std::function<void*(size_t, int, cudaStream_t)> alloc_fn_;
