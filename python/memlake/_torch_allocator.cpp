@@ -169,10 +169,9 @@ struct HistorySettings {
 // recording, as PyTorch's caching allocator keeps them: the last
 // `max_entries` trace entries of each device (an allocation, then its free
 // requested and completed: memlake takes a block back at once, in stream
-// order) and the stack of each live block allocated while recording. Stacks
-// come from PyTorch's recorder: at allocation from RecordContext::STATE on
-// (kept for the live block), in the allocation's entry from ALLOC on, in the
-// free's entries with ALL.
+// order; a request memlake refused) and the stack of each live block allocated while recording.
+// Stacks come from PyTorch's recorder: at allocation from RecordContext::STATE on (kept for the
+// live block), in the allocation's entry from ALLOC on, in the free's entries with ALL.
 class History {
  public:
   void configure(HistorySettings s) {
@@ -214,6 +213,14 @@ class History {
     contexts_.erase(ptr);
     add(TraceEntry::FREE_REQUESTED, device, ptr, size, stream, context);
     add(TraceEntry::FREE_COMPLETED, device, ptr, size, stream, context);
+  }
+
+  void refused(size_t size, size_t available, c10::DeviceIndex device, cudaStream_t stream) {
+    const auto [recorder, when] = recording();
+    std::shared_ptr<c10::GatheredContext> context =
+        when >= cca::RecordContext::ALLOC && recorder != nullptr ? recorder() : nullptr;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    add(TraceEntry::OOM, device, reinterpret_cast<void*>(available), size, stream, context);
   }
 
   // The stack of a live block allocated while recording, or null.
@@ -365,7 +372,13 @@ class MemlakeAllocator : public AllocatorBase {
   explicit MemlakeAllocator(const MemlakeFunctions& f)
       : AllocatorBase(
             [this](size_t size, int device, cudaStream_t stream) {
-              void* ptr = f_.torch_malloc(size, device, stream);
+              void* ptr = nullptr;
+              try {
+                ptr = f_.torch_malloc(size, device, stream);
+              } catch (...) {
+                out_of_memory(size, device, stream);
+                throw;
+              }
               allocated(ptr, size, device, stream);
               return ptr;
             },
@@ -604,6 +617,23 @@ class MemlakeAllocator : public AllocatorBase {
 #ifndef MEMLAKE_TORCH_NO_HISTORY
     if (ptr != nullptr && history_.enabled())
       history_.allocated(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+#endif
+  }
+
+  // A request memlake refused: an `oom` entry whose address field holds
+  // what memlake could still serve (memlake_largest_available), as
+  // PyTorch's holds the device's free bytes.
+  void out_of_memory([[maybe_unused]] size_t size, [[maybe_unused]] int device,
+                     [[maybe_unused]] cudaStream_t stream) noexcept {
+#ifndef MEMLAKE_TORCH_NO_HISTORY
+    if (!history_.enabled()) return;
+    size_t available = 0;
+    if (f_.largest_available(device, &available) != 0) available = 0;
+    try {
+      history_.refused(size, available, static_cast<c10::DeviceIndex>(device), stream);
+    } catch (...) {
+      // The request's own error is the one to report.
+    }
 #endif
   }
 

@@ -434,6 +434,23 @@ TEST_F(TorchHistory, ASnapshotOfAPoolHoldsThatPoolsBlocks) {
   a.releasePool(kDevice, pool);
 }
 
+TEST_F(TorchHistory, ARefusedRequestIsAnOomEntryAndTheAllocatorGoesOn) {
+  MemlakeAllocator& a = allocator();
+  record(100, cca::RecordContext::ALLOC, /*clear=*/true);
+  std::size_t available = 0;
+  ASSERT_EQ(memlake_largest_available(kDevice, &available), 0);
+  EXPECT_THROW(a.malloc(std::size_t{1} << 40, kDevice, nullptr), std::exception) << "a terabyte";
+  void* p = a.malloc(MiB, kDevice, nullptr);
+  const std::vector<Entry> trace = trace_of(api().snapshot());
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_EQ(trace[0].action_, Entry::OOM);
+  EXPECT_EQ(trace[0].size_, std::size_t{1} << 40);
+  EXPECT_EQ(trace[0].addr_, available) << "what memlake could still serve";
+  EXPECT_NE(trace[0].context_, nullptr);
+  EXPECT_EQ(trace[1].action_, Entry::ALLOC);
+  a.raw_delete(p);
+}
+
 TEST_F(TorchHistory, RecordingNeedsARecorderForStacks) {
   EXPECT_THROW(api().recordHistory(true, nullptr, 10, cca::RecordContext::ALLOC, false, {}),
                c10::Error);
