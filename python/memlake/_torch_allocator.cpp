@@ -612,11 +612,20 @@ class MemlakeAllocator : public AllocatorBase {
   }
 #endif
 
+  // The history never fails an allocation or a free: a free runs in a
+  // DataPtr's deleter, where an exception ends the process, and a block
+  // whose allocation failed after memlake served it would be lost. An entry
+  // that cannot be recorded (no memory for it, a recorder that throws) is
+  // left out.
   void allocated([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size,
-                 [[maybe_unused]] int device, [[maybe_unused]] cudaStream_t stream) {
+                 [[maybe_unused]] int device, [[maybe_unused]] cudaStream_t stream) noexcept {
 #ifndef MEMLAKE_TORCH_NO_HISTORY
-    if (ptr != nullptr && history_.enabled())
+    if (ptr == nullptr || !history_.enabled()) return;
+    try {
       history_.allocated(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+    } catch (...) {
+      // Left out of the history; the block is the caller's.
+    }
 #endif
   }
 
@@ -638,10 +647,14 @@ class MemlakeAllocator : public AllocatorBase {
   }
 
   void freed([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size, [[maybe_unused]] int device,
-             [[maybe_unused]] cudaStream_t stream) {
+             [[maybe_unused]] cudaStream_t stream) noexcept {
 #ifndef MEMLAKE_TORCH_NO_HISTORY
-    if (history_.enabled())
+    if (!history_.enabled()) return;
+    try {
       history_.freed(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+    } catch (...) {
+      // Left out of the history; the block is still freed.
+    }
 #endif
   }
 

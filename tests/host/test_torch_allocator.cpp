@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -449,6 +450,24 @@ TEST_F(TorchHistory, ARefusedRequestIsAnOomEntryAndTheAllocatorGoesOn) {
   EXPECT_NE(trace[0].context_, nullptr);
   EXPECT_EQ(trace[1].action_, Entry::ALLOC);
   a.raw_delete(p);
+}
+
+std::shared_ptr<c10::GatheredContext> failing_recorder() {
+  throw std::runtime_error("the recorder failed");
+}
+
+TEST_F(TorchHistory, ARecorderThatFailsLosesEntriesNotBlocks) {
+  MemlakeAllocator& a = allocator();
+  api().recordHistory(true, &failing_recorder, 100, cca::RecordContext::ALL, true, {});
+  const int64_t live = stats().live_blocks.current;
+  auto* p = static_cast<std::uint8_t*>(a.malloc(MiB, kDevice, nullptr));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(stats().live_blocks.current, live + 1);
+  std::memset(p, 0x3c, MiB);
+  for (std::size_t i = 0; i < MiB; i += 4093) ASSERT_EQ(p[i], 0x3c) << i;
+  a.raw_delete(p);  // a DataPtr's deleter: it must not throw
+  EXPECT_EQ(stats().live_blocks.current, live);
+  EXPECT_TRUE(trace_of(api().snapshot()).empty()) << "the entries were left out";
 }
 
 TEST_F(TorchHistory, RecordingNeedsARecorderForStacks) {
