@@ -24,6 +24,7 @@
 #include "host/scoped_conf.hpp"
 #include "memlake/memlake.h"
 #include "memlake/torch_hooks.h"
+#include "memlake_functions.hpp"
 
 namespace {
 
@@ -31,52 +32,12 @@ constexpr int kDevice = 9;
 constexpr std::size_t MiB = std::size_t{1} << 20;
 using TorchPool = c10::cuda::MempoolId_t;
 
-// The allocator declares memlake.h's structs under its own names, field for
-// field.
-static_assert(sizeof(PoolId) == sizeof(memlake_pool_id) &&
-              offsetof(PoolId, second) == offsetof(memlake_pool_id, second));
-static_assert(sizeof(PoolBlock) == sizeof(memlake_pool_block) &&
-              offsetof(PoolBlock, size) == offsetof(memlake_pool_block, size) &&
-              offsetof(PoolBlock, stream) == offsetof(memlake_pool_block, stream));
-static_assert(sizeof(StatValue) == sizeof(memlake_stat_value) &&
-              offsetof(StatValue, peak) == offsetof(memlake_stat_value, peak));
-
-// A function taking those structs as the allocator's field declares it.
-template <class To, class From>
-To as(From* function) {
-  return reinterpret_cast<To>(reinterpret_cast<void (*)()>(function));
-}
-
-// What memlake/_torch_build.py fills from libmemlake.so, each field from
-// its function: the compiler checks each type against the field's, except
-// for the three functions of those structs.
-MemlakeFunctions functions() {
-  MemlakeFunctions f{};
-  f.torch_malloc = memlake_torch_malloc;
-  f.torch_free = memlake_torch_free;
-  f.torch_record_stream = memlake_torch_record_stream;
-  f.torch_empty_cache = memlake_torch_empty_cache;
-  f.torch_set_memory_fraction = memlake_torch_set_memory_fraction;
-  f.torch_begin_allocate_to_pool = memlake_torch_begin_allocate_to_pool;
-  f.torch_end_allocate_to_pool = memlake_torch_end_allocate_to_pool;
-  f.torch_release_pool = memlake_torch_release_pool;
-  f.pool_blocks = as<decltype(f.pool_blocks)>(memlake_pool_blocks);
-  f.restore_pool = as<decltype(f.restore_pool)>(memlake_restore_pool);
-  f.last_error = memlake_last_error;
-  f.stat_count = memlake_stat_count;
-  f.stat_name = memlake_stat_name;
-  f.get_stat_values = as<decltype(f.get_stat_values)>(memlake_get_stat_values);
-  f.reset_peak_stats = memlake_reset_peak_stats;
-  f.largest_available = memlake_largest_available;
-  return f;
-}
-
 // One allocator for the suite, installed as PyTorch's would be.
 class TorchAllocator : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     const memlake::test::ScopedConf conf("backend:host,capacity:256M,max_chunk:2M,worker:off");
-    const MemlakeFunctions f = functions();
+    const MemlakeFunctions f = memlake_functions();
     char error[256] = "";
     ASSERT_EQ(memlake_torch_install_graph_tree_allocator(&f, error, sizeof error), 0) << error;
     std::size_t ignored = 0;
