@@ -95,6 +95,15 @@ void sizes(benchmark::internal::Benchmark* b) {
   sizes(benchmark::RegisterBenchmark("cached/cuda_async", cached_cuda_async));
   sizes(benchmark::RegisterBenchmark("cached/cuda_malloc", cached_cuda_malloc));
   sizes(benchmark::RegisterBenchmark("cached/memlake_host", cached_memlake, BackendKind::host));
+  // A fixed number of pairs, for callgrind: the instructions of a run of
+  // 101 pairs less those of a run of 1 are those of 100 pairs (the warm-up,
+  // which makes the block's memory, counts in both).
+  for (const int pairs : {1, 101}) {
+    benchmark::RegisterBenchmark("cached_count/memlake_host", cached_memlake, BackendKind::host)
+        ->Arg(static_cast<std::int64_t>(4 * KiB))
+        ->Arg(static_cast<std::int64_t>(1 * GiB))
+        ->Iterations(pairs);
+  }
   return true;
 }();
 
