@@ -10,6 +10,7 @@
 #include "python/memlake/_torch_allocator.cpp"
 
 #include <cstdlib>
+#include <string>
 
 #include "common.hpp"
 #include "memlake_functions.hpp"
@@ -21,19 +22,22 @@ constexpr int kPairs = 20000;
 constexpr std::size_t kSizes[] = {4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB,
                                   1 * MiB, 4 * MiB,  8 * MiB,  16 * MiB};
 
-// memlake installed as PyTorch's allocator, once for the process.
+// memlake installed as PyTorch's allocator, once for the process; every
+// benchmark that finds it missing fails with the installation's error.
 MemlakeAllocator* installed(benchmark::State& state) {
-  static MemlakeAllocator* allocator = [&]() -> MemlakeAllocator* {
+  static std::string error;
+  static MemlakeAllocator* allocator = []() -> MemlakeAllocator* {
     setenv("MEMLAKE_CONF", "backend:host,capacity:1G,worker:off", /*overwrite=*/0);
     const MemlakeFunctions f = memlake_functions();
-    char error[256] = "";
-    if (memlake_torch_install_graph_tree_allocator(&f, error, sizeof error) != 0) {
-      fail(state, error);
+    char why[256] = "";
+    if (memlake_torch_install_graph_tree_allocator(&f, why, sizeof why) != 0) {
+      error = why;
       return nullptr;
     }
     return dynamic_cast<MemlakeAllocator*>(
         torch::cuda::CUDAPluggableAllocator::getCurrentAllocator().get());
   }();
+  if (allocator == nullptr) fail(state, error);
   return allocator;
 }
 

@@ -195,10 +195,7 @@ class History {
   bool enabled() const { return enabled_.load(std::memory_order_acquire); }
 
   void allocated(void* ptr, size_t size, c10::DeviceIndex device, cudaStream_t stream) {
-    const auto [recorder, when] = recording();
-    // The recorder takes Python's lock to gather its stack: outside ours.
-    std::shared_ptr<c10::GatheredContext> context =
-        when >= cca::RecordContext::STATE && recorder != nullptr ? recorder() : nullptr;
+    const auto [context, when] = stack_from(cca::RecordContext::STATE);
     const std::lock_guard<std::mutex> lock(mutex_);
     if (context) contexts_[ptr] = context;
     add(TraceEntry::ALLOC, device, ptr, size, stream,
@@ -206,9 +203,7 @@ class History {
   }
 
   void freed(void* ptr, size_t size, c10::DeviceIndex device, cudaStream_t stream) {
-    const auto [recorder, when] = recording();
-    std::shared_ptr<c10::GatheredContext> context =
-        when >= cca::RecordContext::ALL && recorder != nullptr ? recorder() : nullptr;
+    const auto context = stack_from(cca::RecordContext::ALL).first;
     const std::lock_guard<std::mutex> lock(mutex_);
     contexts_.erase(ptr);
     add(TraceEntry::FREE_REQUESTED, device, ptr, size, stream, context);
@@ -216,9 +211,7 @@ class History {
   }
 
   void refused(size_t size, size_t available, c10::DeviceIndex device, cudaStream_t stream) {
-    const auto [recorder, when] = recording();
-    std::shared_ptr<c10::GatheredContext> context =
-        when >= cca::RecordContext::ALLOC && recorder != nullptr ? recorder() : nullptr;
+    const auto context = stack_from(cca::RecordContext::ALLOC).first;
     const std::lock_guard<std::mutex> lock(mutex_);
     add(TraceEntry::OOM, device, reinterpret_cast<void*>(available), size, stream, context);
   }
@@ -240,9 +233,20 @@ class History {
   }
 
  private:
-  std::pair<cca::CreateContextFn, cca::RecordContext> recording() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return {recorder_, when_};
+  // The recorder's stack if recording asks for stacks from `level` on (else
+  // null), and the level it asks for. The recorder takes Python's lock to
+  // gather its stack: it runs outside ours.
+  std::pair<std::shared_ptr<c10::GatheredContext>, cca::RecordContext> stack_from(
+      cca::RecordContext level) const {
+    cca::CreateContextFn recorder = nullptr;
+    cca::RecordContext when = cca::RecordContext::NEVER;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      recorder = recorder_;
+      when = when_;
+    }
+    if (when < level || recorder == nullptr) return {nullptr, when};
+    return {recorder(), when};
   }
 
   static TraceEntry::Action action_named(const std::string& name) {
@@ -269,9 +273,10 @@ class History {
     if (traces_.size() <= static_cast<size_t>(device)) traces_.resize(device + 1);
     auto& trace = traces_[device];
     if (trace.size() == max_entries_) trace.pop_front();
+    // The entry's time is a union: PyTorch's snapshot reads it as
+    // microseconds since the epoch, set below, not as the approximate clock.
     trace.emplace_back(action, device, reinterpret_cast<size_t>(ptr), size, stream,
-                       c10::cuda::MempoolId_t{0, 0}, c10::getApproximateTime(), std::move(context));
-    // PyTorch's snapshot reads the time as microseconds since the epoch.
+                       c10::cuda::MempoolId_t{0, 0}, c10::approx_time_t{}, std::move(context));
     trace.back().time_.t_ = std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
@@ -563,19 +568,17 @@ class MemlakeAllocator : public AllocatorBase {
                      std::vector<std::vector<TraceEntry>>* device_traces) override {
     const bool of_pool = pool != c10::cuda::MempoolId_t{0, 0};
     std::vector<std::pair<c10::DeviceIndex, PoolBlock>> blocks;
-    std::vector<c10::DeviceIndex> devices;
     {
       const std::lock_guard<std::mutex> lock(allocator_mutex_);
-      for (const auto& [ptr, m] : allocation_metadata_) {
-        devices.push_back(m.device_idx);
+      for (const auto& [ptr, m] : allocation_metadata_)
         blocks.push_back({m.device_idx, PoolBlock { ptr, m.size, m.stream }});
-      }
-      for (const auto& [ptr, r] : restored_) {
-        devices.push_back(r.device);
+      for (const auto& [ptr, r] : restored_)
         blocks.push_back({r.device, PoolBlock { ptr, r.size, r.stream }});
-      }
     }
     if (of_pool) {
+      // memlake knows which blocks are the pool's, on the devices in use.
+      std::vector<c10::DeviceIndex> devices;
+      for (const auto& entry : blocks) devices.push_back(entry.first);
       std::sort(devices.begin(), devices.end());
       devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
       blocks.clear();
@@ -612,51 +615,47 @@ class MemlakeAllocator : public AllocatorBase {
   }
 #endif
 
-  // The history never fails an allocation or a free: a free runs in a
-  // DataPtr's deleter, where an exception ends the process, and a block
-  // whose allocation failed after memlake served it would be lost. An entry
-  // that cannot be recorded (no memory for it, a recorder that throws) is
-  // left out.
-  void allocated([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size,
-                 [[maybe_unused]] int device, [[maybe_unused]] cudaStream_t stream) noexcept {
 #ifndef MEMLAKE_TORCH_NO_HISTORY
-    if (ptr == nullptr || !history_.enabled()) return;
+  // Records in the history while it is on. The history never fails an
+  // allocation or a free: a free runs in a DataPtr's deleter, where an
+  // exception ends the process, a block whose allocation failed after
+  // memlake served it would be lost, and a refused request's own error is
+  // the one to report. An entry that cannot be recorded (no memory for it,
+  // a recorder that throws) is left out.
+  template <class Record>
+  void record(Record&& what) noexcept {
+    if (!history_.enabled()) return;
     try {
-      history_.allocated(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
+      what();
     } catch (...) {
-      // Left out of the history; the block is the caller's.
+      // Left out of the history.
     }
-#endif
+  }
+
+  void allocated(void* ptr, size_t size, int device, cudaStream_t stream) noexcept {
+    if (ptr == nullptr) return;
+    record([&] { history_.allocated(ptr, size, static_cast<c10::DeviceIndex>(device), stream); });
   }
 
   // A request memlake refused: an `oom` entry whose address field holds
   // what memlake could still serve (memlake_largest_available), as
   // PyTorch's holds the device's free bytes.
-  void out_of_memory([[maybe_unused]] size_t size, [[maybe_unused]] int device,
-                     [[maybe_unused]] cudaStream_t stream) noexcept {
-#ifndef MEMLAKE_TORCH_NO_HISTORY
-    if (!history_.enabled()) return;
-    size_t available = 0;
-    if (f_.largest_available(device, &available) != 0) available = 0;
-    try {
+  void out_of_memory(size_t size, int device, cudaStream_t stream) noexcept {
+    record([&] {
+      size_t available = 0;
+      if (f_.largest_available(device, &available) != 0) available = 0;
       history_.refused(size, available, static_cast<c10::DeviceIndex>(device), stream);
-    } catch (...) {
-      // The request's own error is the one to report.
-    }
-#endif
+    });
   }
 
-  void freed([[maybe_unused]] void* ptr, [[maybe_unused]] size_t size, [[maybe_unused]] int device,
-             [[maybe_unused]] cudaStream_t stream) noexcept {
-#ifndef MEMLAKE_TORCH_NO_HISTORY
-    if (!history_.enabled()) return;
-    try {
-      history_.freed(ptr, size, static_cast<c10::DeviceIndex>(device), stream);
-    } catch (...) {
-      // Left out of the history; the block is still freed.
-    }
-#endif
+  void freed(void* ptr, size_t size, int device, cudaStream_t stream) noexcept {
+    record([&] { history_.freed(ptr, size, static_cast<c10::DeviceIndex>(device), stream); });
   }
+#else
+  void allocated(void*, size_t, int, cudaStream_t) noexcept {}
+  void out_of_memory(size_t, int, cudaStream_t) noexcept {}
+  void freed(void*, size_t, int, cudaStream_t) noexcept {}
+#endif
 
   // The history sees the free before memlake does: once memlake has the
   // block back, another thread may be handed the same address.
@@ -712,10 +711,6 @@ class MemlakeAllocator : public AllocatorBase {
   // Each counter's value at the device's last resetAccumulatedStats.
   using Baseline = std::array<int64_t, kStatCount>;
 
-  // PyTorch's rounding of a block's size, and its largest small block.
-  static constexpr size_t kRounding = 512;
-  static constexpr size_t kSmallSize = size_t{1} << 20;
-
   MemlakeFunctions f_;
   int stat_count_;
   int stat_index_[kStatCount];
@@ -723,6 +718,9 @@ class MemlakeAllocator : public AllocatorBase {
   std::mutex stats_mutex_;
   std::unordered_map<c10::DeviceIndex, Baseline> baselines_;  // under stats_mutex_
 #ifndef MEMLAKE_TORCH_NO_HISTORY
+  // PyTorch's rounding of a block's size, and its largest small block.
+  static constexpr size_t kRounding = 512;
+  static constexpr size_t kSmallSize = size_t{1} << 20;
   History history_;
 #endif
 };

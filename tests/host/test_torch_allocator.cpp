@@ -3,8 +3,7 @@
 // API on the host backend: torch.cuda's statistics, cacheInfo, the pool
 // checkpoints of CUDA graph trees and the memory history
 // (torch.cuda.memory._record_memory_history, _snapshot), as PyTorch calls
-// them. Device 9 of the
-// process-wide C API table is this suite's.
+// them. Device 9 of the process-wide C API table is this suite's.
 #include <gtest/gtest.h>
 
 #include <chrono>
