@@ -143,6 +143,37 @@ void ChunkPool::give_back(ChunkId id) {
   notify_changed(id, by);
 }
 
+void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
+  std::size_t bytes = 0;
+  for (ChunkId id : ids) {
+    PhysicalChunk& c = chunks_[id];
+    assert(c.holder == kNoClient);
+    free_.erase({c.size, id});
+    if (c.reserve) clear_reserve(id);
+    c.holder = client;
+    bytes += c.size;
+  }
+  free_bytes_ -= bytes;
+  if (others_hear(client))
+    for (ChunkId id : ids) notify_changed(id, client);
+}
+
+void ChunkPool::give_back_all(std::span<const ChunkId> ids) {
+  if (ids.empty()) return;
+  const ClientId by = chunks_[ids.front()].holder;
+  std::size_t bytes = 0;
+  for (ChunkId id : ids) {
+    PhysicalChunk& c = chunks_[id];
+    assert(c.holder == by);
+    c.holder = kNoClient;
+    free_.emplace(c.size, id);
+    bytes += c.size;
+  }
+  free_bytes_ += bytes;
+  if (others_hear(by))
+    for (ChunkId id : ids) notify_changed(id, by);
+}
+
 void ChunkPool::mark_reserve(ChunkId id) {
   PhysicalChunk& c = chunks_[id];
   if (c.reserve) return;

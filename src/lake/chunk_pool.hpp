@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,11 @@ class ChunkPool {
 
   void take(ChunkId id, ClientId client);
   void give_back(ChunkId id);
+  // The same for the chunks of one large block, all free (taken: all held
+  // by one client): the free bytes change once, and the other clients hear
+  // of each chunk only when one listens.
+  void take_all(std::span<const ChunkId> ids, ClientId client);
+  void give_back_all(std::span<const ChunkId> ids);
   bool is_free(ChunkId id) const { return chunks_[id].holder == kNoClient; }
 
   void mark_reserve(ChunkId id);
@@ -104,6 +110,11 @@ class ChunkPool {
  private:
   void notify_added(ChunkId id);
   void notify_removed(ChunkId id);
+  // Whether a client other than `by` listens to takes and give-backs.
+  bool others_hear(ClientId by) const {
+    return hearing_changes_.size() > 1 ||
+           (hearing_changes_.size() == 1 && hearing_changes_[0].first != by);
+  }
   // A change by the only client that hears (the lake, on its fast path)
   // calls nobody.
   void notify_changed(ChunkId id, ClientId by) {

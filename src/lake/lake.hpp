@@ -258,6 +258,16 @@ class Lake final : private ChunkPool::Client {
   // for all the chunks of a block.
   void claim(ChunkId c, SegmentId s, std::size_t offset_in_segment);
   SegmentId unclaim(ChunkId c);  // returns the owner it had
+  // The body of a large block: `count` chunks from slot `first` of `s`,
+  // each wholly the block's, taken (all free) or given back (the block is
+  // freed) together. claim_whole returns the first chunk's piece.
+  Piece* claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count);
+  void unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count);
+  // Chunk `c` is owned by `s` and holds one live piece, the whole chunk.
+  bool held_whole_by(ChunkId c, SegmentId s) const {
+    const ChunkUse& u = use_[c];
+    return u.owner == s && u.live == 1 && u.pieces->next == nullptr;
+  }
   Piece* new_piece(const Piece& p) { return new (nodes_.get(sizeof(Piece))) Piece(p); }
   void delete_piece(Piece* p) { nodes_.put(p, sizeof(Piece)); }
 

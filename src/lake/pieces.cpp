@@ -4,6 +4,7 @@
 // allocations.
 #include <algorithm>
 #include <cassert>
+#include <span>
 
 #include "lake/lake.hpp"
 
@@ -37,6 +38,41 @@ SegmentId Lake::unclaim(ChunkId id) {
   pool_.give_back(id);
   table_.note_chunk_change(id);
   return owner;
+}
+
+// One pool operation and one note per run instead of one per chunk: a
+// block of a few GiB is hundreds of chunks, and a training step takes and
+// gives back the same ones every time.
+Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count) {
+  Segment& seg = table_[s];
+  const std::span<const ChunkId> ids(seg.chunks.data() + first, count);
+  pool_.take_all(ids, client_);
+  table_.note_run_change(ids, s);
+  if (seg.reserve) table_.dissolve_reserve(s);
+  for (std::uint32_t k = 0; k < count; ++k) {
+    const ChunkId c = ids[k];
+    ChunkUse& u = use_[c];
+    assert(u.live == 0 && u.pieces == nullptr);
+    u.owner = s;
+    u.owner_offset = seg.offsets[first + k];
+    u.live = 1;
+    u.pieces = new_piece({0, pool_.size(c), c, true, nullptr, nullptr});
+  }
+  return use_[ids[0]].pieces;
+}
+
+void Lake::unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count) {
+  const std::span<const ChunkId> ids(table_[s].chunks.data() + first, count);
+  for (ChunkId c : ids) {
+    ChunkUse& u = use_[c];
+    assert(held_whole_by(c, s));
+    delete_piece(u.pieces);
+    u.pieces = nullptr;
+    u.live = 0;
+    u.owner = kNone;
+  }
+  pool_.give_back_all(ids);
+  table_.note_run_change(ids, kNone);
 }
 
 // Splits `size` bytes off the front of a free piece that is not in the
@@ -163,6 +199,24 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
     assert(i < seg.chunks.size());
     const ChunkId c = seg.chunks[i];
     const std::size_t take = std::min(pool_.size(c), size - covered);
+    if (pool_.is_free(c) && take == pool_.size(c)) {
+      // Free chunks the block covers whole, in a row: taken together.
+      std::uint32_t n = 1;
+      std::size_t bytes = take;
+      while (i + n < seg.chunks.size()) {
+        const ChunkId next = seg.chunks[i + n];
+        if (!pool_.is_free(next) || pool_.size(next) > size - covered - bytes) break;
+        bytes += pool_.size(next);
+        ++n;
+      }
+      Piece* p = claim_whole(s, static_cast<std::uint32_t>(i), n);
+      if (a.chunk_count == 0) a.piece = p;
+      a.chunk_count += n;
+      claimed += n;
+      covered += bytes;
+      i += n - 1;
+      continue;
+    }
     if (pool_.is_free(c)) {
       claim(c, s, seg.offsets[i]);
       ++claimed;
@@ -265,10 +319,19 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
       table_.pin(owner, &Segment::owned, false);
   };
   const bool small_block = a.size <= options_.small_max;
-  for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+  for (std::uint32_t i = 0; i < a.chunk_count;) {
     const ChunkId c = ids[a.first_chunk + i];
+    if (!small_block && held_whole_by(c, a.segment)) {
+      std::uint32_t n = 1;
+      while (i + n < a.chunk_count && held_whole_by(ids[a.first_chunk + i + n], a.segment)) ++n;
+      unclaim_whole(a.segment, a.first_chunk + i, n);
+      given_back += n;
+      i += n;
+      continue;
+    }
     release(i == 0 ? a.piece : use_[c].pieces);
     if (small_block) fragments_.small_block_removed(c, use_[c].pieces);
+    ++i;
   }
   if (given_back != 0) table_.pin(a.segment, &Segment::owned, false, given_back);
   if (!frees_may_lag()) table_.catch_up();

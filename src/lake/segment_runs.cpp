@@ -107,6 +107,16 @@ void SegmentTable::note_chunk_change(ChunkId id) {
   lagging_chunks_.push_back(id);
 }
 
+void SegmentTable::note_run_change(std::span<const ChunkId> ids, SegmentId s) {
+  for (ChunkId id : ids) {
+    ChunkMaps& m = maps_[id];
+    if (s != kNone) m.home = s;
+    if (m.listed) continue;
+    m.listed = true;
+    lagging_chunks_.push_back(id);
+  }
+}
+
 void SegmentTable::rehome(SegmentId s, const std::vector<ChunkId>& ids) {
   for (ChunkId c : ids) rehome(s, c);
 }

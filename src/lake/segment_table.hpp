@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -222,6 +223,9 @@ class SegmentTable {
   // ---- catching up ----
   // Chunk `c` was taken or given back: the segments mapping it are behind.
   void note_chunk_change(ChunkId c);
+  // The chunks were taken through segment `s` (their home from now on) or
+  // given back (`s` kNone: homes stay): one note each, for a block's run.
+  void note_run_change(std::span<const ChunkId> ids, SegmentId s);
   bool behind() const { return !lagging_chunks_.empty(); }
   // Brings the segments mapping chunks taken, given back or rehomed since
   // the last call up to date: busy counts, the idle index, free runs.

@@ -229,6 +229,47 @@ TEST_F(CoreTest, ABlockFreedAroundASmallBlockInItsTailReturnsToItsPlace) {
   EXPECT_INVARIANTS(*a);
 }
 
+// A large block's whole chunks go back to the pool together when it is
+// freed, while its last chunk stays with the small block in its tail: the
+// whole ones are a free run of the range again and serve a block of
+// another size there, with no new memory and no mapping, and every chunk is
+// released once nothing lives in it.
+TEST_F(CoreTest, ABlocksWholeChunksGoBackTogetherWhileItsTailStaysInUse) {
+  auto a = make_granule_chunks(64 * MiB);
+  const std::size_t size = 21 * MiB;  // ten whole chunks and half of an eleventh
+  void* big = a->allocate(size);
+  void* small = a->allocate(4096);
+  ASSERT_EQ(static_cast<char*>(small), static_cast<char*>(big) + size) << "small shares the tail";
+  platform_->fill(small, 4096, 91);
+  // A request of a size not seen before reads the ranges: they catch up
+  // with the chunks `big` took.
+  void* beside = a->allocate(4 * MiB);
+  a->deallocate(big, size);
+  settle(*a);
+  EXPECT_INVARIANTS(*a);
+
+  StatsDelta d(*a);
+  const std::size_t other = 19 * MiB;
+  char* body = static_cast<char*>(a->allocate(other));
+  EXPECT_EQ(d(&Stats::rung_free_run), 1) << d.changed();
+  EXPECT_GE(body, static_cast<char*>(big)) << "in the ten whole chunks, free again";
+  EXPECT_LE(body + other, static_cast<char*>(big) + 20 * MiB);
+  EXPECT_EQ(d(&Stats::reserved_bytes), 0) << d.changed();
+  EXPECT_EQ(d(&Stats::vmm_calls), 0) << d.changed();
+  platform_->fill(body, other, 92);
+  EXPECT_TRUE(platform_->check(body, other, 92));
+  EXPECT_TRUE(platform_->check(small, 4096, 91));
+  EXPECT_INVARIANTS(*a);
+
+  a->deallocate(body, other);
+  a->deallocate(small, 4096);
+  a->deallocate(beside, 4 * MiB);
+  settle_all(*a);
+  a->empty_cache();
+  EXPECT_EQ(a->stats().reserved_bytes.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
 // A small block goes beside other small blocks, not into the free tail of a
 // large block's chunk, even where that tail is the tighter fit: there it
 // would keep the chunk once the large block is freed, so the large block's
