@@ -124,35 +124,19 @@ bool ChunkPool::release(ChunkId id) {
 }
 
 void ChunkPool::take(ChunkId id, ClientId client) {
-  PhysicalChunk& c = chunks_[id];
-  assert(c.holder == kNoClient);
-  free_.erase({c.size, id});
-  free_bytes_ -= c.size;
-  if (c.reserve) clear_reserve(id);
-  c.holder = client;
+  free_bytes_ -= hold(id, client);
   notify_changed(id, client);
 }
 
 void ChunkPool::give_back(ChunkId id) {
-  PhysicalChunk& c = chunks_[id];
-  assert(c.holder != kNoClient);
-  const ClientId by = c.holder;
-  c.holder = kNoClient;
-  free_.emplace(c.size, id);
-  free_bytes_ += c.size;
+  const ClientId by = chunks_[id].holder;
+  free_bytes_ += unhold(id);
   notify_changed(id, by);
 }
 
 void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
   std::size_t bytes = 0;
-  for (ChunkId id : ids) {
-    PhysicalChunk& c = chunks_[id];
-    assert(c.holder == kNoClient);
-    free_.erase({c.size, id});
-    if (c.reserve) clear_reserve(id);
-    c.holder = client;
-    bytes += c.size;
-  }
+  for (ChunkId id : ids) bytes += hold(id, client);
   free_bytes_ -= bytes;
   if (others_hear(client))
     for (ChunkId id : ids) notify_changed(id, client);
@@ -163,11 +147,8 @@ void ChunkPool::give_back_all(std::span<const ChunkId> ids) {
   const ClientId by = chunks_[ids.front()].holder;
   std::size_t bytes = 0;
   for (ChunkId id : ids) {
-    PhysicalChunk& c = chunks_[id];
-    assert(c.holder == by);
-    c.holder = kNoClient;
-    free_.emplace(c.size, id);
-    bytes += c.size;
+    assert(chunks_[id].holder == by);
+    bytes += unhold(id);
   }
   free_bytes_ += bytes;
   if (others_hear(by))

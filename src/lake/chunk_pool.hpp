@@ -16,6 +16,7 @@
 // free_bytes(). Not thread-safe: the allocator holds its lock.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -76,13 +77,13 @@ class ChunkPool {
   // backend refused: the chunk stays in the pool, free, for a later try.
   bool release(ChunkId id);
 
-  void take(ChunkId id, ClientId client);
-  void give_back(ChunkId id);
-  // The same for the chunks of one large block, all free (taken: all held
-  // by one client): the free bytes change once, and the other clients hear
-  // of each chunk only when one listens.
+  // Takes free chunks for `client` / gives back chunks one client holds:
+  // one chunk, or a large block's run of them, whose free bytes change once
+  // and whose chunks the other clients hear of only when one listens.
   void take_all(std::span<const ChunkId> ids, ClientId client);
   void give_back_all(std::span<const ChunkId> ids);
+  void take(ChunkId id, ClientId client);
+  void give_back(ChunkId id);
   bool is_free(ChunkId id) const { return chunks_[id].holder == kNoClient; }
 
   void mark_reserve(ChunkId id);
@@ -110,6 +111,23 @@ class ChunkPool {
  private:
   void notify_added(ChunkId id);
   void notify_removed(ChunkId id);
+  // One chunk's part of a take or give-back, less the free bytes and the
+  // other clients' news; returns its size.
+  std::size_t hold(ChunkId id, ClientId client) {
+    PhysicalChunk& c = chunks_[id];
+    assert(c.holder == kNoClient);
+    free_.erase({c.size, id});
+    if (c.reserve) clear_reserve(id);
+    c.holder = client;
+    return c.size;
+  }
+  std::size_t unhold(ChunkId id) {
+    PhysicalChunk& c = chunks_[id];
+    assert(c.holder != kNoClient);
+    c.holder = kNoClient;
+    free_.emplace(c.size, id);
+    return c.size;
+  }
   // Whether a client other than `by` listens to takes and give-backs.
   bool others_hear(ClientId by) const {
     return hearing_changes_.size() > 1 ||

@@ -100,20 +100,10 @@ void SegmentTable::slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t
   if (index + count < start + length) run_insert(s, index + count, start + length - index - count);
 }
 
-void SegmentTable::note_chunk_change(ChunkId id) {
-  ChunkMaps& m = maps_[id];
-  if (m.listed) return;
-  m.listed = true;
-  lagging_chunks_.push_back(id);
-}
-
 void SegmentTable::note_run_change(std::span<const ChunkId> ids, SegmentId s) {
   for (ChunkId id : ids) {
-    ChunkMaps& m = maps_[id];
-    if (s != kNone) m.home = s;
-    if (m.listed) continue;
-    m.listed = true;
-    lagging_chunks_.push_back(id);
+    if (s != kNone) maps_[id].home = s;
+    note_chunk_change(id);
   }
 }
 

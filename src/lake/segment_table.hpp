@@ -222,7 +222,12 @@ class SegmentTable {
 
   // ---- catching up ----
   // Chunk `c` was taken or given back: the segments mapping it are behind.
-  void note_chunk_change(ChunkId c);
+  void note_chunk_change(ChunkId c) {
+    ChunkMaps& m = maps_[c];
+    if (m.listed) return;
+    m.listed = true;
+    lagging_chunks_.push_back(c);
+  }
   // The chunks were taken through segment `s` (their home from now on) or
   // given back (`s` kNone: homes stay): one note each, for a block's run.
   void note_run_change(std::span<const ChunkId> ids, SegmentId s);
