@@ -78,9 +78,22 @@ class PathRecorder final : public Observer {
   void on_worker_job(const WorkerJobEvent& e) override {
     if (inline_jobs) worker_ns += static_cast<std::uint64_t>(e.end_ns - e.start_ns);
   }
+  // Ranges the caller's own requests mapped or extended: an inline worker
+  // job nests inside an allocation, and its mappings are the worker's.
+  void on_slow_begin(SlowWork w, std::size_t, void*) override {
+    if (w == SlowWork::worker_job) ++in_worker_job;
+  }
+  void on_slow_end(SlowWork w) override {
+    if (w == SlowWork::worker_job) --in_worker_job;
+  }
+  void on_map(const MapEvent&) override {
+    if (in_worker_job == 0) ++caller_maps;
+  }
   Rung last = Rung::fragment;
   bool inline_jobs = false;
   std::uint64_t worker_ns = 0;
+  int in_worker_job = 0;
+  std::uint64_t caller_maps = 0;
 };
 
 // The stats an allocation changed, other than the ones every allocation does.
@@ -378,6 +391,7 @@ class MemlakeReplay {
     if (explain) before_ = alloc_->stats();
     void* p = nullptr;
     const std::uint64_t worker_before = recorder_.worker_ns;
+    const std::uint64_t maps_before = recorder_.caller_maps;
     const Clock::time_point t0 = Clock::now();
     try {
       p = alloc_.allocate(i);
@@ -392,6 +406,7 @@ class MemlakeReplay {
     if (setup_.timing) {
       alloc_ns_.push_back(ns_between(t0, t1));
       alloc_path_.push_back(static_cast<std::uint8_t>(recorder_.last));
+      alloc_mapped_.push_back(recorder_.caller_maps != maps_before);
       if (r_.worker_inline) {
         const std::uint32_t call = alloc_ns_.back();
         const std::uint64_t worker = recorder_.worker_ns - worker_before;
@@ -485,8 +500,10 @@ class MemlakeReplay {
       r_.allocator_ns_total_after_warmup =
           sum_from(alloc_ns_, allocs_at_warmup_) + sum_from(free_ns_, frees_at_warmup_);
     std::array<std::vector<std::uint32_t>, kRungCount> by_path;
-    for (std::size_t k = allocs_at_warmup_; k < alloc_ns_.size(); ++k)
+    for (std::size_t k = allocs_at_warmup_; k < alloc_ns_.size(); ++k) {
       by_path[alloc_path_[k]].push_back(alloc_ns_[k]);
+      r_.allocs_mapping_after_warmup += alloc_mapped_[k];
+    }
     for (int p = 0; p < kRungCount; ++p)
       r_.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
     r_.alloc_ns_after_warmup = since(allocs_at_warmup_);
@@ -513,6 +530,7 @@ class MemlakeReplay {
   std::vector<std::uint32_t> alloc_ns_, free_ns_;
   std::vector<std::uint32_t> alloc_less_worker_ns_;  // with the worker inline: less its jobs
   std::vector<std::uint8_t> alloc_path_;
+  std::vector<bool> alloc_mapped_;  // the allocation mapped or extended a range itself
   Sampler sampler_;
   SlowestAllocs slowest_;
   Stats before_;
