@@ -11,7 +11,7 @@ only.
 Columns: peak live and peak reserved bytes, utilization, bytes beyond what
 was needed (`beyond_needed_bytes`, newer builds), allocate p99 and
 critical-path VMM calls after warm-up, the allocations that mapped after
-warm-up, `allocator_ns_total` and
+warm-up (and of them those over reserved memory only), `allocator_ns_total` and
 `critical_path_vmm_ns` (top level or in `stats`). A value a build does not
 report shows as "-". Each trace runs in a process of its own, so a crash
 costs one cell: its exit status and last stderr lines are printed under the
@@ -41,6 +41,7 @@ COLUMNS = [  # heading, JSON key, kind of value
     ("alloc p99 (warm)", "alloc_ns_after_warmup.p99", "ns"),
     ("cp VMM (warm)", "critical_path_vmm_calls_after_warmup", "count"),
     ("allocs that mapped (warm)", "allocs_mapping_after_warmup", "count"),
+    ("of them over reserved", "allocs_mapping_reserved_after_warmup", "count"),
     ("allocator ns", "allocator_ns_total", "ns"),
     ("cp VMM ns", "critical_path_vmm_ns", "ns"),
 ]

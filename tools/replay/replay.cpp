@@ -89,11 +89,15 @@ class PathRecorder final : public Observer {
   void on_map(const MapEvent&) override {
     if (in_worker_job == 0) ++caller_maps;
   }
+  void on_chunk_created(std::size_t) override {
+    if (in_worker_job == 0) ++caller_creates;
+  }
   Rung last = Rung::fragment;
   bool inline_jobs = false;
   std::uint64_t worker_ns = 0;
   int in_worker_job = 0;
   std::uint64_t caller_maps = 0;
+  std::uint64_t caller_creates = 0;
 };
 
 // The stats an allocation changed, other than the ones every allocation does.
@@ -392,6 +396,7 @@ class MemlakeReplay {
     void* p = nullptr;
     const std::uint64_t worker_before = recorder_.worker_ns;
     const std::uint64_t maps_before = recorder_.caller_maps;
+    const std::uint64_t creates_before = recorder_.caller_creates;
     const Clock::time_point t0 = Clock::now();
     try {
       p = alloc_.allocate(i);
@@ -406,7 +411,9 @@ class MemlakeReplay {
     if (setup_.timing) {
       alloc_ns_.push_back(ns_between(t0, t1));
       alloc_path_.push_back(static_cast<std::uint8_t>(recorder_.last));
-      alloc_mapped_.push_back(recorder_.caller_maps != maps_before);
+      alloc_mapped_.push_back(recorder_.caller_maps == maps_before         ? Mapped::no
+                              : recorder_.caller_creates == creates_before ? Mapped::reserved
+                                                                           : Mapped::new_memory);
       if (r_.worker_inline) {
         const std::uint32_t call = alloc_ns_.back();
         const std::uint64_t worker = recorder_.worker_ns - worker_before;
@@ -502,7 +509,8 @@ class MemlakeReplay {
     std::array<std::vector<std::uint32_t>, kRungCount> by_path;
     for (std::size_t k = allocs_at_warmup_; k < alloc_ns_.size(); ++k) {
       by_path[alloc_path_[k]].push_back(alloc_ns_[k]);
-      r_.allocs_mapping_after_warmup += alloc_mapped_[k];
+      r_.allocs_mapping_after_warmup += alloc_mapped_[k] != Mapped::no;
+      r_.allocs_mapping_reserved_after_warmup += alloc_mapped_[k] == Mapped::reserved;
     }
     for (int p = 0; p < kRungCount; ++p)
       r_.alloc_ns_after_warmup_by_path[p] = percentiles(std::move(by_path[p]));
@@ -530,7 +538,9 @@ class MemlakeReplay {
   std::vector<std::uint32_t> alloc_ns_, free_ns_;
   std::vector<std::uint32_t> alloc_less_worker_ns_;  // with the worker inline: less its jobs
   std::vector<std::uint8_t> alloc_path_;
-  std::vector<bool> alloc_mapped_;  // the allocation mapped or extended a range itself
+  // Whether an allocation mapped or extended a range itself, and over what.
+  enum class Mapped : std::uint8_t { no, reserved, new_memory };
+  std::vector<Mapped> alloc_mapped_;
   Sampler sampler_;
   SlowestAllocs slowest_;
   Stats before_;

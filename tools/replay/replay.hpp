@@ -146,6 +146,9 @@ struct MemlakeResult {
   // costing more than 20 us (host_simulate_latency), allocate p99 after
   // warm-up stays under 20 us only while this is under 1% of them.
   std::size_t allocs_mapping_after_warmup = 0;
+  // Of them, those that created no chunk: served from reserved memory, and
+  // still mapping on the allocating thread.
+  std::size_t allocs_mapping_reserved_after_warmup = 0;
   Percentiles alloc_ns, free_ns, all_ns;
   // Host ns inside allocate and deallocate on the replaying thread: the sum
   // of the timed calls, all and after warm-up (none when warm-up never

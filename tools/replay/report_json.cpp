@@ -168,6 +168,7 @@ void add_memlake_timing(Json& j, const Trace& t, const MemlakeResult& m) {
         .raw(percentiles_json(m.alloc_ns_after_warmup_by_path[p]));
   j.key("alloc_ns_after_warmup_by_rung").raw(by_path.done());
   j.key("allocs_mapping_after_warmup").u(m.allocs_mapping_after_warmup);
+  j.key("allocs_mapping_reserved_after_warmup").u(m.allocs_mapping_reserved_after_warmup);
   if (!m.slowest.empty()) j.key("slowest_allocs").raw(slowest_json(t, m.slowest));
 }
 

@@ -166,7 +166,8 @@ void print_after_warmup(std::FILE* out, const Trace& t, const MemlakeResult& m) 
              count(m.alloc_ns_after_warmup.p99) + "/" + count(m.alloc_ns_after_warmup.max) +
              less_worker + "; " + count(m.allocs_mapping_after_warmup) + " of " +
              count(m.alloc_ns_after_warmup.count) + " allocations (" + share +
-             ") mapped on the allocating thread; by rung " + by_path);
+             ") mapped on the allocating thread, " + count(m.allocs_mapping_reserved_after_warmup) +
+             " of them over reserved memory only; by rung " + by_path);
   }
   for (const SlowAlloc& a : m.slowest) {
     const Event& e = t.events[a.event];
