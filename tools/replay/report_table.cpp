@@ -157,10 +157,9 @@ void print_after_warmup(std::FILE* out, const Trace& t, const MemlakeResult& m) 
     if (const auto& q = m.alloc_ns_after_warmup_less_worker)
       less_worker = "; less the inline worker's jobs (on its own thread with worker:thread) " +
                     count(q->median) + "/" + count(q->p99) + "/" + count(q->max);
-    char share[32];
-    std::snprintf(share, sizeof share, "%.2f%%",
-                  100.0 * static_cast<double>(m.allocs_mapping_after_warmup) /
-                      static_cast<double>(m.alloc_ns_after_warmup.count));
+    const std::string share =
+        fmt("%.2f%%", 100.0 * static_cast<double>(m.allocs_mapping_after_warmup) /
+                          static_cast<double>(m.alloc_ns_after_warmup.count));
     line(out, "after warm-up",
          "allocate median/p99/max ns " + count(m.alloc_ns_after_warmup.median) + "/" +
              count(m.alloc_ns_after_warmup.p99) + "/" + count(m.alloc_ns_after_warmup.max) +
