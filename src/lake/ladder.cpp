@@ -55,6 +55,7 @@ constexpr std::uint32_t kLagAfterHits = 64;
 
 Placed Lake::place(const Request& r, Budget budget, Budget from) {
   const PlaceKey key = place_key(r);
+  places_at_allocated_ = nullptr;  // until rung_remembered finds them
   for (const Step& step :
        small(r) ? std::span<const Step>(kSmallLadder) : std::span<const Step>(kLargeLadder)) {
     if (step.needs < from) continue;  // tried by an earlier climb

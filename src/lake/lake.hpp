@@ -158,18 +158,23 @@ class Lake final : private ChunkPool::Client {
     FenceId fence;                 // the newest fence a block in it was freed under
   };
   // A request is known by its size, how many blocks of that size are
-  // allocated when it comes, and the requests before it (remembered.cpp).
+  // allocated when it comes, and the requests before it; a large one also
+  // by the bytes allocated when it comes (remembered.cpp).
   struct PlaceKey {
     std::size_t size = 0;
     std::size_t count = 0;
     std::uint64_t history = 0;
+    std::size_t allocated = 0;  // bytes allocated in the lake (large requests; 0 in remembered_)
     bool operator==(const PlaceKey&) const = default;
+    PlaceKey without_allocated() const { return {size, count, history, 0}; }
   };
   struct PlaceKeyHash {
     std::size_t operator()(const PlaceKey& k) const {
-      return (k.size * 31 + k.count) * 0x9E3779B97F4A7C15ull ^ k.history;
+      return ((k.size * 31 + k.count) * 31 + k.allocated) * 0x9E3779B97F4A7C15ull ^ k.history;
     }
   };
+  using Places = std::vector<DevicePtr>;  // newest last
+  using PlaceMap = std::unordered_map<PlaceKey, Places, PlaceKeyHash>;
 
   // ChunkPool::Client: chunk_changed hears of other clients' takes and
   // give-backs; claim and unclaim note the lake's own.
@@ -212,6 +217,10 @@ class Lake final : private ChunkPool::Client {
   // remembered.cpp
   PlaceKey place_key(const Request& r) const;
   void remember_place(const PlaceKey& key, DevicePtr ptr);
+  // Makes `ptr` the newest of the places in `places`, or of key's places in
+  // `map` when `places` is null.
+  static void remember_in(PlaceMap& map, const PlaceKey& key, Places* places, DevicePtr ptr);
+  Placed place_at_one_of(const Request& r, const Places& places);
   bool free_at(DevicePtr ptr, std::size_t size, SegmentId* s, std::uint32_t* slot, Piece** piece,
                std::size_t* lead) const;
   void count_size(std::size_t size, int delta);
@@ -300,8 +309,14 @@ class Lake final : private ChunkPool::Client {
   };
   std::array<Freed, 8> freed_{};
   std::size_t freed_next_ = 0;
-  // Where requests were placed, newest last, by PlaceKey.
-  std::unordered_map<PlaceKey, std::vector<DevicePtr>, PlaceKeyHash> remembered_;
+  // Where requests were placed, by PlaceKey without the bytes allocated,
+  // and (large requests) with them.
+  PlaceMap remembered_;
+  PlaceMap remembered_at_allocated_;
+  // The places rung_remembered found under the request's key with the
+  // bytes allocated, for remember_place (no rung in between changes the
+  // maps); null when there were none.
+  Places* places_at_allocated_ = nullptr;
   // Large blocks only. A size's entry goes when its last block is freed and
   // comes back with the next one, every step: its nodes come from nodes_.
   std::unordered_map<std::size_t, std::size_t, std::hash<std::size_t>, std::equal_to<std::size_t>,

@@ -10,6 +10,14 @@
 // allocated when it comes, and by the requests before it (RequestHistory):
 // in a repeated step all three are what they were at the same request last
 // step, while two requests of one size in different places of a step differ.
+// The history is a window, and a deep model's layers can make the same
+// requests for longer than it (a layer's backward under recomputation):
+// then every layer shares one key, whose few places are the last layers',
+// taken still, and the layer stitches anew every step. A large request is
+// therefore first known also by the bytes allocated when it comes, which
+// tell layers apart (each holds one activation fewer) and are the same at
+// the same request of a repeated step; where they are new (a new shape),
+// the places of the key without them come next.
 #include <algorithm>
 
 #include "lake/lake.hpp"
@@ -25,22 +33,32 @@ void Lake::count_size(std::size_t size, int delta) {
 
 Lake::PlaceKey Lake::place_key(const Request& r) const {
   auto it = allocated_by_size_.find(r.size);
-  return {r.size, it == allocated_by_size_.end() ? 0 : it->second, r.history};
+  return {r.size, it == allocated_by_size_.end() ? 0 : it->second, r.history,
+          small(r) ? 0 : allocated_bytes_};
 }
 
 void Lake::remember_place(const PlaceKey& key, DevicePtr ptr) {
-  // Shapes that never repeat (a new size every step) must not grow it
-  // without bound; a repeating step refills it within one step.
-  if (remembered_.size() >= kRememberedKeys && remembered_.count(key) == 0) remembered_.clear();
-  std::vector<DevicePtr>& places = remembered_[key];
+  if (key.size > options_.small_max)
+    remember_in(remembered_at_allocated_, key, places_at_allocated_, ptr);
+  remember_in(remembered_, key.without_allocated(), nullptr, ptr);
+}
+
+void Lake::remember_in(PlaceMap& map, const PlaceKey& key, Places* known, DevicePtr ptr) {
+  Places* places = known;
+  if (places == nullptr) {
+    // Shapes that never repeat (a new size every step) must not grow it
+    // without bound; a repeating step refills it within one step.
+    if (map.size() >= kRememberedKeys && map.count(key) == 0) map.clear();
+    places = &map[key];
+  }
   // A request back at its newest place (every request of a repeated step)
   // leaves the list as it is.
-  if (!places.empty() && places.back() == ptr) return;
-  if (auto it = std::find(places.begin(), places.end(), ptr); it != places.end())
-    places.erase(it);
-  else if (places.size() >= kRememberedPlaces)
-    places.erase(places.begin());
-  places.push_back(ptr);  // newest last
+  if (!places->empty() && places->back() == ptr) return;
+  if (auto it = std::find(places->begin(), places->end(), ptr); it != places->end())
+    places->erase(it);
+  else if (places->size() >= kRememberedPlaces)
+    places->erase(places->begin());
+  places->push_back(ptr);  // newest last
 }
 
 // Whether a block of `size` bytes can start at `ptr` without mapping: the
@@ -100,25 +118,36 @@ bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint3
   return true;
 }
 
-// The places the same request had, newest first. Once large requests keep
-// coming back to their places, frees leave the segments behind (the step
-// takes the same chunks again).
+// The places the same request had, newest first: those it had with the
+// same bytes allocated, then the others. Once large requests keep coming
+// back to their places, frees leave the segments behind (the step takes the
+// same chunks again).
 Placed Lake::rung_remembered(const Request& r, const PlaceKey& key) {
   Placed p;
-  if (auto it = remembered_.find(key); it != remembered_.end()) {
-    for (auto place = it->second.rbegin(); place != it->second.rend() && !p; ++place) {
-      SegmentId s;
-      std::uint32_t slot;
-      Piece* piece;
-      std::size_t lead;
-      if (free_at(*place, r.size, &s, &slot, &piece, &lead))
-        p = place_span(Rung::remembered, s, slot, piece, r.size, lead);
+  if (!small(r))
+    if (auto it = remembered_at_allocated_.find(key); it != remembered_at_allocated_.end()) {
+      places_at_allocated_ = &it->second;
+      p = place_at_one_of(r, it->second);
     }
-  }
+  if (!p)
+    if (auto it = remembered_.find(key.without_allocated()); it != remembered_.end())
+      p = place_at_one_of(r, it->second);
   if (!small(r)) {
     hit_streak_ = p ? hit_streak_ + 1 : 0;
   }
   return p;
+}
+
+Placed Lake::place_at_one_of(const Request& r, const Places& places) {
+  for (auto place = places.rbegin(); place != places.rend(); ++place) {
+    SegmentId s;
+    std::uint32_t slot;
+    Piece* piece;
+    std::size_t lead;
+    if (free_at(*place, r.size, &s, &slot, &piece, &lead))
+      return place_span(Rung::remembered, s, slot, piece, r.size, lead);
+  }
+  return {};
 }
 
 }  // namespace memlake::lake

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "allocator/allocator_impl.hpp"
@@ -123,6 +124,52 @@ TEST_F(CoreTest, RepeatedStepsSettleIntoOneLayoutThatMapsNothing) {
   EXPECT_GE(settled_at, 0) << "the layout never settled";
   EXPECT_LE(settled_at, 3) << "it took too long to settle";
   EXPECT_GT(a->stats().rung_remembered.current, 0);
+  EXPECT_INVARIANTS(*a);
+}
+
+// A deep model's layers can make the same requests for longer than the
+// request history's window (a layer's backward under recomputation): then
+// the history no longer tells two of them apart, and the places kept for
+// one request are every layer's. What still differs is the bytes allocated
+// when each comes (a layer frees its saved activation). Here one request
+// comes twice a step after the same requests, first with nothing else
+// allocated, then beside a block that took the first one's chunks; a step
+// that repeats the last one must get each at the place it had then.
+TEST_F(CoreTest, ARequestTheHistoryCannotTellApartComesBackToItsPlaceAtTheSameBytesAllocated) {
+  auto a = make(1024 * MiB, training_like());
+  constexpr std::size_t kRequest = 20 * MiB + 4096, kBeside = 12 * MiB + 8192;
+  auto same_requests = [&] {  // more than RequestHistory::kWindow
+    for (std::size_t i = 0; i < 80; ++i) {
+      const std::size_t n = (1 + i % 61) * 1024;
+      void* p = a->allocate(n);
+      a->deallocate(p, n);
+    }
+  };
+  auto step = [&](std::uint32_t seed) {
+    same_requests();
+    void* first = a->allocate(kRequest);
+    platform_->fill(first, kRequest, seed);
+    EXPECT_TRUE(platform_->check(first, kRequest, seed));
+    a->deallocate(first, kRequest);
+    void* beside = a->allocate(kBeside);  // takes the first one's chunks
+    platform_->fill(beside, kBeside, seed + 1);
+    same_requests();
+    void* second = a->allocate(kRequest);
+    platform_->fill(second, kRequest, seed + 2);
+    EXPECT_TRUE(platform_->check(beside, kBeside, seed + 1));
+    EXPECT_TRUE(platform_->check(second, kRequest, seed + 2));
+    a->deallocate(second, kRequest);
+    a->deallocate(beside, kBeside);
+    return std::vector<void*>{first, beside, second};
+  };
+  const std::vector<void*> first_step = step(1);
+  settle_all(*a);
+  for (std::uint32_t i = 2; i < 5; ++i) {
+    const Stats before = a->stats();
+    EXPECT_EQ(step(10 * i), first_step) << "step " << i << " moved blocks";
+    settle_all(*a);
+    EXPECT_EQ(a->stats().vmm_calls.current, before.vmm_calls.current) << "step " << i << " mapped";
+  }
   EXPECT_INVARIANTS(*a);
 }
 
