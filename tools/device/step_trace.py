@@ -3,6 +3,7 @@
 `samples/pytorch_training/train.py --trace` records with torch.profiler.
 
     python3 tools/device/step_trace.py TRACE.json[.gz] [TRACE...]
+    python3 tools/device/step_trace.py --ops N TRACE.json[.gz] [TRACE...]
 
 Per traced step ("step N" ranges on the host) and per trace, in ms:
   host       the step's host time (the range), to the loss's .item();
@@ -19,6 +20,12 @@ Per traced step ("step N" ranges on the host) and per trace, in ms:
 A step whose host time is close to its GPU busy time is bound by the GPU;
 one whose GPU idles while the host runs is bound by the host, and the host
 columns say on what.
+
+With --ops N: the host's self time (an event's time less its children's on
+the same thread) per traced step, by event name (ATen ops, runtime calls,
+the step ranges themselves: Python between ops), side by side for the
+traces, the N names whose times differ most between the traces first. The
+names where one allocator's step is longer than another's say where.
 """
 
 import gzip
@@ -78,6 +85,46 @@ def summarize(path):
     return rows
 
 
+def self_times_per_step(path):
+    """Host self time in ms per traced step, by event name."""
+    events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if re.match(r"^step \d+$", e.get("name", "")) and e.get("cat") == "user_annotation"]
+    host = [e for e in events if e.get("cat") not in GPU_CATS
+            and any(a <= e["ts"] < b for a, b in steps)]
+    by_thread = {}
+    for e in host:
+        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    totals = {}
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack, child_time = [], {}
+        for e in thread_events:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if stack:
+                parent = id(stack[-1])
+                child_time[parent] = child_time.get(parent, 0.0) + e["dur"]
+            stack.append(e)
+        for e in thread_events:
+            name = re.sub(r"\d+", "N", e.get("name", "?")) if e.get("cat") == "user_annotation" \
+                else e.get("name", "?")
+            totals[name] = totals.get(name, 0.0) + e["dur"] - child_time.get(id(e), 0.0)
+    return {name: t / 1e3 / max(len(steps), 1) for name, t in totals.items()}
+
+
+def main_ops(count, paths):
+    tables = [self_times_per_step(path) for path in paths]
+    names = set().union(*tables)
+    spread = lambda n: max(t.get(n, 0.0) for t in tables) - min(t.get(n, 0.0) for t in tables)
+    print("host self ms per step, by name, the %d that differ most first" % count)
+    print("%-48s " % "name" + " ".join("%12s" % p.split("/")[-1][:12] for p in paths))
+    for name in sorted(names, key=spread, reverse=True)[:count]:
+        print("%-48s " % name[:48] + " ".join("%12.2f" % t.get(name, 0.0) for t in tables))
+    print("%-48s " % "(all)" + " ".join("%12.2f" % sum(t.values()) for t in tables))
+    return 0
+
+
 def main(paths):
     columns = ("host", "gpu_busy", "gpu_idle", "launches", "sync", "alloc_ops", "other_runtime")
     print("%-34s %-8s " % ("trace", "step") + " ".join("%10s" % c for c in columns)
@@ -90,7 +137,9 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    if len(sys.argv) < 2 or (sys.argv[1] == "--ops" and len(sys.argv) < 4):
         print(__doc__)
         sys.exit(2)
+    if sys.argv[1] == "--ops":
+        sys.exit(main_ops(int(sys.argv[2]), sys.argv[3:]))
     sys.exit(main(sys.argv[1:]))
