@@ -90,7 +90,11 @@ def self_times_per_step(path):
     events = [e for e in load(path) if e.get("ph") == "X" and "dur" in e]
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
              if re.match(r"^step \d+$", e.get("name", "")) and e.get("cat") == "user_annotation"]
+    # GPU-side ranges (gpu_user_annotation) and the profiler's own buffers
+    # are not the host's work.
     host = [e for e in events if e.get("cat") not in GPU_CATS
+            and not str(e.get("cat", "")).startswith(("gpu_", "overhead"))
+            and e.get("name") != "Activity Buffer Request"
             and any(a <= e["ts"] < b for a, b in steps)]
     by_thread = {}
     for e in host:
