@@ -159,6 +159,25 @@ class StepTrace(unittest.TestCase):
             self.assertAlmostEqual(second["gpu_busy"], 0.010)
             self.assertEqual(second["kernels"], 1)
 
+    def test_ops_are_the_hosts_self_time_per_step_by_name(self):
+        # In step 5 an op nests another; the GPU's own range for the step
+        # and kernels are not host time.
+        nested = [x("cpu_op", "aten::linear", 210, 30), x("cpu_op", "aten::addmm", 215, 20),
+                  x("gpu_user_annotation", "step 5", 205, 40)]
+        with tempfile.TemporaryDirectory() as d:
+            path = str(Path(d) / "t.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": self.EVENTS + nested}, f)
+            ops = step_trace.self_times_per_step(path)
+        per_step = lambda us: us / 1e3 / 2  # two traced steps, ms per step
+        self.assertAlmostEqual(ops["aten::addmm"], per_step(9 + 20))
+        self.assertAlmostEqual(ops["aten::linear"], per_step(30 - 20))
+        self.assertAlmostEqual(ops["cudaLaunchKernel"], per_step(5 + 4))
+        # The step ranges keep what no op covers: 100 - 47 and 50 - 30 us.
+        self.assertAlmostEqual(ops["step N"], per_step(53 + 20))
+        self.assertNotIn("gemm", ops)
+        self.assertAlmostEqual(sum(ops.values()), per_step(100 + 50))
+
     def test_train_takes_a_trace_path(self):
         args = train.parse_args(["--allocator", "native", "--trace", "/tmp/t.json.gz"])
         self.assertEqual(args.trace, "/tmp/t.json.gz")
