@@ -19,6 +19,10 @@
 #   MEMLAKE_AB_STOCK=0           leaves out native and expandable
 #   MEMLAKE_AB_PIPELINE=1        also runs samples/pipeline_parallel on the
 #                                CUDA backend, A and B, each round (builds it)
+#   MEMLAKE_AB_CPUS              a CPU list for taskset -c (e.g. 4-7): every
+#                                run on the same cores, for a host speed
+#                                that moves less from run to run (training
+#                                steps here are bound by the host)
 # Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
 # side and case, each round, peak reserved; for memlake, medians per step
 # from the 4th of the time inside allocate and what it waited for: the
@@ -47,6 +51,8 @@ LIBRARY_A=${MEMLAKE_AB_LIBRARY_A:-${MEMLAKE_LIBRARY:-}}
 LIBRARY_B=${MEMLAKE_AB_LIBRARY_B:-${MEMLAKE_LIBRARY:-}}
 note "A: '$A' $LIBRARY_A  B: '$B' $LIBRARY_B"
 JSONL=$OUT/ab.jsonl
+pin=()
+[[ -n ${MEMLAKE_AB_CPUS:-} ]] && pin=(taskset -c "$MEMLAKE_AB_CPUS") && note "runs on CPUs $MEMLAKE_AB_CPUS"
 sides=(memlake_A memlake_B)
 [[ ${MEMLAKE_AB_STOCK:-1} == 1 ]] && sides=(native expandable "${sides[@]}")
 
@@ -62,7 +68,7 @@ for round in $(seq 1 "${MEMLAKE_AB_ROUNDS:-2}"); do
       esac
       log=$OUT/steps-$model-$seq_len-$side-$round.log
       MEMLAKE_LIBRARY=$library step "$workload $side $round" 120 "$log" \
-        python3 samples/pytorch_training/train.py --allocator "$allocator" --label "$side" \
+        "${pin[@]}" python3 samples/pytorch_training/train.py --allocator "$allocator" --label "$side" \
         --model "$model" --seq-len "$seq_len" --steps "${MEMLAKE_AB_STEPS:-10}" \
         --memlake-conf "$conf"
       grep '^{' "$log" | tail -n 1 |
