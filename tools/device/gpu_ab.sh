@@ -26,7 +26,8 @@
 # Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
 # side and case, each round, peak reserved; for memlake, medians per step
 # from the 4th of the time inside allocate and what it waited for: the
-# driver, the lock, events) to $OUT/ab-summary.txt.
+# driver, the lock, events; each memlake side's ratio to the faster stock
+# allocator of each round, and their median) to $OUT/ab-summary.txt.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -109,5 +110,18 @@ for case in sorted({r["case"] for r in rows}):
                 per_step("critical_vmm_by_step"), per_step("lock_wait_ms_by_step"),
                 per_step("critical_path_event_ms_by_step"), per_step("worker_vmm_ms_by_step"))
         print(line)
+    # Each memlake side against the faster stock allocator of the same
+    # round: a ratio per round, then their median.
+    for side in ("memlake_A", "memlake_B"):
+        ratios = []
+        for rnd in sorted({r["round"] for r in rows if r["case"] == case}):
+            of = {r["allocator"]: r["median_step_seconds"] for r in rows
+                  if r["case"] == case and r["round"] == rnd}
+            stock = [of[k] for k in ("native", "expandable") if k in of]
+            if side in of and stock:
+                ratios.append(of[side] / min(stock))
+        if ratios:
+            print("%-11s / the faster stock allocator of its round: median %.3f (%s)"
+                  % (side, st.median(ratios), " ".join("%.3f" % x for x in ratios)))
 PY
 note "== done in $(($(date +%s) - START))s"
