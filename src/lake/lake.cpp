@@ -69,6 +69,29 @@ bool Lake::locate(DevicePtr ptr, SegmentId* s, std::uint32_t* slot, std::size_t*
   return true;
 }
 
+bool Lake::locate(Place& place, SegmentId* s, std::uint32_t* slot, std::size_t* offset) const {
+  if (place.segment != kNone && place.segment < table_.slots()) {
+    const Segment& seg = table_[place.segment];
+    const DevicePtr ptr = place.ptr;
+    if (seg.in_use && !seg.reserve && ptr >= seg.va && ptr < seg.va + seg.size &&
+        place.slot < seg.offsets.size()) {
+      const std::size_t at = ptr - seg.va;
+      const std::size_t end =
+          place.slot + 1 < seg.offsets.size() ? seg.offsets[place.slot + 1] : seg.size;
+      if (at >= seg.offsets[place.slot] && at < end) {
+        *s = place.segment;
+        *slot = place.slot;
+        *offset = at - seg.offsets[place.slot];
+        return true;
+      }
+    }
+  }
+  if (!locate(place.ptr, s, slot, offset)) return false;
+  place.segment = *s;
+  place.slot = *slot;
+  return true;
+}
+
 std::string Lake::diagnose_bad_pointer(DevicePtr ptr) const {
   char buf[200];
   // A cold path: a scan of the live blocks is fine here.

@@ -173,7 +173,16 @@ class Lake final : private ChunkPool::Client {
       return ((k.size * 31 + k.count) * 31 + k.allocated) * 0x9E3779B97F4A7C15ull ^ k.history;
     }
   };
-  using Places = std::vector<DevicePtr>;  // newest last
+  // A remembered address, with the range and chunk slot it was found in
+  // when last looked up: checked against that range first, so a request
+  // back at its place reads one range's entry instead of searching the
+  // address map (`segment` kNone until first looked up).
+  struct Place {
+    DevicePtr ptr = 0;
+    SegmentId segment = kNone;
+    std::uint32_t slot = 0;
+  };
+  using Places = std::vector<Place>;  // newest last
   using PlaceMap = std::unordered_map<PlaceKey, Places, PlaceKeyHash>;
 
   // ChunkPool::Client: chunk_changed hears of other clients' takes and
@@ -213,6 +222,9 @@ class Lake final : private ChunkPool::Client {
   // Where `ptr` lies: its range (not a reserve), the slot of the chunk under
   // it and the offset into that chunk; false when no range of the lake holds it.
   bool locate(DevicePtr ptr, SegmentId* s, std::uint32_t* slot, std::size_t* offset) const;
+  // locate() for a remembered place: its range and slot first, then the
+  // search (which updates them).
+  bool locate(Place& place, SegmentId* s, std::uint32_t* slot, std::size_t* offset) const;
 
   // remembered.cpp
   PlaceKey place_key(const Request& r) const;
@@ -220,8 +232,8 @@ class Lake final : private ChunkPool::Client {
   // Makes `ptr` the newest of the places in `places`, or of key's places in
   // `map` when `places` is null.
   static void remember_in(PlaceMap& map, const PlaceKey& key, Places* places, DevicePtr ptr);
-  Placed place_at_one_of(const Request& r, const Places& places);
-  bool free_at(DevicePtr ptr, std::size_t size, SegmentId* s, std::uint32_t* slot, Piece** piece,
+  Placed place_at_one_of(const Request& r, Places& places);
+  bool free_at(Place& place, std::size_t size, SegmentId* s, std::uint32_t* slot, Piece** piece,
                std::size_t* lead) const;
   void count_size(std::size_t size, int delta);
 

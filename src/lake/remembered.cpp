@@ -53,28 +53,34 @@ void Lake::remember_in(PlaceMap& map, const PlaceKey& key, Places* known, Device
   }
   // A request back at its newest place (every request of a repeated step)
   // leaves the list as it is.
-  if (!places->empty() && places->back() == ptr) return;
-  if (auto it = std::find(places->begin(), places->end(), ptr); it != places->end())
+  if (!places->empty() && places->back().ptr == ptr) return;
+  Place place{ptr};
+  if (auto it = std::find_if(places->begin(), places->end(),
+                             [&](const Place& p) { return p.ptr == ptr; });
+      it != places->end()) {
+    place = *it;
     places->erase(it);
-  else if (places->size() >= kRememberedPlaces)
+  } else if (places->size() >= kRememberedPlaces) {
     places->erase(places->begin());
-  places->push_back(ptr);  // newest last
+  }
+  places->push_back(place);  // newest last
 }
 
-// Whether a block of `size` bytes can start at `ptr` without mapping: the
-// chunk there is free (and `ptr` starts it, or the block runs from `ptr` to
-// its end or beyond: `lead` bytes in, see lead_for), or a free piece of it
-// starts at `ptr` (and ends the chunk, if the block goes on); the chunks
-// after it are free, and the last may hold small blocks behind a free head
-// that covers the rest. The first and the last chunk may be owned by another
-// range: the block borrows them as it did before. Returns the range, the
-// chunk slot and the free piece to start in (nullptr: a free chunk).
-bool Lake::free_at(DevicePtr ptr, std::size_t size, SegmentId* s_out, std::uint32_t* slot_out,
+// Whether a block of `size` bytes can start at `ptr`, the place's address,
+// without mapping: the chunk there is free (and `ptr` starts it, or the
+// block runs from `ptr` to its end or beyond: `lead` bytes in, see
+// lead_for), or a free piece of it starts at `ptr` (and ends the chunk, if
+// the block goes on); the chunks after it are free, and the last may hold
+// small blocks behind a free head that covers the rest. The first and the
+// last chunk may be owned by another range: the block borrows them as it
+// did before. Returns the range, the chunk slot and the free piece to start
+// in (nullptr: a free chunk).
+bool Lake::free_at(Place& place, std::size_t size, SegmentId* s_out, std::uint32_t* slot_out,
                    Piece** piece_out, std::size_t* lead_out) const {
   SegmentId s;
   std::uint32_t slot;
   std::size_t offset;
-  if (!locate(ptr, &s, &slot, &offset)) return false;
+  if (!locate(place, &s, &slot, &offset)) return false;
   const Segment& seg = table_[s];
   const ChunkId first = seg.chunks[slot];
   std::size_t covered = 0;
@@ -138,7 +144,7 @@ Placed Lake::rung_remembered(const Request& r, const PlaceKey& key) {
   return p;
 }
 
-Placed Lake::place_at_one_of(const Request& r, const Places& places) {
+Placed Lake::place_at_one_of(const Request& r, Places& places) {
   for (auto place = places.rbegin(); place != places.rend(); ++place) {
     SegmentId s;
     std::uint32_t slot;

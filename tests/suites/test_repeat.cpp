@@ -203,6 +203,58 @@ TEST_F(CoreTest, RunsLeftBehindByARepeatedStepCatchUpWhenRead) {
   EXPECT_INVARIANTS(*a);
 }
 
+// A remembered place keeps the range and chunk slot it was last found in,
+// and is checked there before the address map is searched. Here the range
+// is unmapped between two steps, and new ranges, which take the freed range
+// ids with other addresses and chunk layouts, are made and left free before
+// the request comes back: it may be served by its remembered place only at
+// the remembered address, and every block's bytes stay intact.
+TEST_F(CoreTest, ARememberedPlaceIsFoundByItsAddressAfterItsRangeWasUnmapped) {
+  auto a = make(1024 * MiB, training_like());
+  constexpr std::size_t kRequest = 20 * MiB + 4096;
+  auto same_requests = [&] {  // more than RequestHistory::kWindow
+    for (std::size_t i = 0; i < 80; ++i) {
+      const std::size_t n = (1 + i % 61) * 1024;
+      void* p = a->allocate(n);
+      a->deallocate(p, n);
+    }
+  };
+  // The request, after the same requests every time; whether the
+  // remembered rung served it.
+  auto request = [&](std::uint32_t seed, bool* remembered) {
+    same_requests();
+    const auto before = a->stats().rung_remembered.current;
+    void* p = a->allocate(kRequest);
+    *remembered = a->stats().rung_remembered.current > before;
+    platform_->fill(p, kRequest, seed);
+    EXPECT_TRUE(platform_->check(p, kRequest, seed));
+    a->deallocate(p, kRequest);
+    return p;
+  };
+  bool remembered = false;
+  void* first = request(1, &remembered);
+  void* again = request(2, &remembered);
+  ASSERT_EQ(again, first);
+  ASSERT_TRUE(remembered);  // the place was looked up: it holds its range and slot
+  a->empty_cache();
+  ASSERT_EQ(a->stats().segments.current, 0);
+  // New ranges over new chunks, left mapped and free: blocks of other
+  // sizes, each filled and checked, then freed.
+  for (std::size_t i = 0; i < 6; ++i) {
+    const std::size_t n = (3 + 5 * i) * MiB + 12288;
+    void* p = a->allocate(n);
+    platform_->fill(p, n, static_cast<std::uint32_t>(100 + i));
+    EXPECT_TRUE(platform_->check(p, n, static_cast<std::uint32_t>(100 + i)));
+    a->deallocate(p, n);
+  }
+  ASSERT_GT(a->stats().segments.current, 0);
+  void* later = request(3, &remembered);
+  if (remembered) {
+    EXPECT_EQ(later, first) << "served by a remembered place at another address";
+  }
+  EXPECT_INVARIANTS(*a);
+}
+
 // A remembered place in the middle of a run of free chunks is not taken:
 // that would leave free chunks before the block, which the ladder's choice
 // (the run's first chunks) does not.
