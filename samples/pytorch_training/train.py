@@ -461,9 +461,6 @@ def run_steps(args, torch, progress):
     losses = []
     tokens_checksums = []
     step_seconds = []
-    # The training thread's own CPU time per step: on a shared host a step's
-    # wall time also holds the time the thread was not running at all.
-    step_thread_seconds = []
     by_step = {name: [] for name in COUNTERS}
 
     def read_counters():
@@ -482,7 +479,6 @@ def run_steps(args, torch, progress):
         if args.trace and step == args.warmup:
             profiler = start_profiler(torch)
         t0, before = time.perf_counter(), read_counters()
-        c0 = time.thread_time()
         marker = (torch.profiler.record_function("step %d" % step) if profiler is not None
                   else contextlib.nullcontext())
         with marker:
@@ -502,7 +498,6 @@ def run_steps(args, torch, progress):
                 submit_seconds.append(time.perf_counter() - t0)
                 losses.append(loss.item())
         step_seconds.append(time.perf_counter() - t0)
-        step_thread_seconds.append(time.thread_time() - c0)
         if profiler is not None and step == args.warmup + 2:
             stop_profiler(profiler, args.trace)
             profiler = None
@@ -516,8 +511,6 @@ def run_steps(args, torch, progress):
     result = {"losses": losses, "seconds": seconds, "step_seconds": step_seconds,
               "submit_seconds": submit_seconds,
               "median_step_seconds": median_after_warmup(step_seconds, args.warmup),
-              "step_thread_seconds": step_thread_seconds,
-              "median_step_thread_seconds": median_after_warmup(step_thread_seconds, args.warmup),
               "critical_vmm_by_step": by_step["critical_path_vmm_calls"],
               "worker_vmm_by_step": by_step["worker_vmm_calls"],
               **{name[:-3] + "_ms_by_step": [round(ns / 1e6, 2) for ns in by_step[name]]

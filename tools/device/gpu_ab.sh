@@ -23,13 +23,11 @@
 #                                run on the same cores, for a host speed
 #                                that moves less from run to run (training
 #                                steps here are bound by the host)
-# Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step and
-# the training thread's CPU time per step, per side and case, each round,
-# peak reserved; for memlake, medians per step
+# Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
+# side and case, each round, peak reserved; for memlake, medians per step
 # from the 4th of the time inside allocate and what it waited for: the
 # driver, the lock, events; each memlake side's ratio to the faster stock
-# allocator of each round, by wall time and by thread CPU time, and their
-# median) to $OUT/ab-summary.txt.
+# allocator of each round, and their median) to $OUT/ab-summary.txt.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -104,10 +102,6 @@ for case in sorted({r["case"] for r in rows}):
         line = "%-11s median step %.1f ms (%s), peak %.2f GiB" % (
             side, st.median(ms), " ".join("%.1f" % x for x in ms),
             max(r["peak_reserved_bytes"] for r in rs) / 2**30)
-        if "median_step_thread_seconds" in rs[0]:
-            cpu = [r["median_step_thread_seconds"] * 1e3 for r in rs]
-            line += "; training thread's CPU %.1f ms a step (%s)" % (
-                st.median(cpu), " ".join("%.1f" % x for x in cpu))
         if side.startswith("memlake") and "allocate_ms_by_step" in rs[0]:
             per_step = lambda key: st.median(st.median(r[key][3:]) for r in rs)
             line += ("; per step: inside allocate %.1f ms (critical-path VMM %.1f ms in %.0f"
@@ -117,20 +111,17 @@ for case in sorted({r["case"] for r in rows}):
                 per_step("critical_path_event_ms_by_step"), per_step("worker_vmm_ms_by_step"))
         print(line)
     # Each memlake side against the faster stock allocator of the same
-    # round: a ratio per round, then their median; by wall time and by the
-    # training thread's CPU time.
-    for key, what in (("median_step_seconds", "step"),
-                      ("median_step_thread_seconds", "thread CPU")):
-        for side in ("memlake_A", "memlake_B"):
-            ratios = []
-            for rnd in sorted({r["round"] for r in rows if r["case"] == case}):
-                of = {r["allocator"]: r[key] for r in rows
-                      if r["case"] == case and r["round"] == rnd and key in r}
-                stock = [of[k] for k in ("native", "expandable") if k in of]
-                if side in of and stock:
-                    ratios.append(of[side] / min(stock))
-            if ratios:
-                print("%-11s %s / the faster stock allocator's of its round: median %.3f (%s)"
-                      % (side, what, st.median(ratios), " ".join("%.3f" % x for x in ratios)))
+    # round: a ratio per round, then their median.
+    for side in ("memlake_A", "memlake_B"):
+        ratios = []
+        for rnd in sorted({r["round"] for r in rows if r["case"] == case}):
+            of = {r["allocator"]: r["median_step_seconds"] for r in rows
+                  if r["case"] == case and r["round"] == rnd}
+            stock = [of[k] for k in ("native", "expandable") if k in of]
+            if side in of and stock:
+                ratios.append(of[side] / min(stock))
+        if ratios:
+            print("%-11s / the faster stock allocator of its round: median %.3f (%s)"
+                  % (side, st.median(ratios), " ".join("%.3f" % x for x in ratios)))
 PY
 note "== done in $(($(date +%s) - START))s"
