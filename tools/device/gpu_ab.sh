@@ -95,11 +95,13 @@ import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for case in sorted({r["case"] for r in rows}):
     print("==", case)
+    fastest = {}  # each side's fastest run (ms)
     for side in ("native", "expandable", "memlake_A", "memlake_B"):
         rs = [r for r in rows if r["case"] == case and r["allocator"] == side]
         if not rs:
             continue
         ms = [r["median_step_seconds"] * 1e3 for r in rs]
+        fastest[side] = min(ms)
         line = "%-11s median step %.1f ms (%s), peak %.2f GiB" % (
             side, st.median(ms), " ".join("%.1f" % x for x in ms),
             max(r["peak_reserved_bytes"] for r in rs) / 2**30)
@@ -126,14 +128,10 @@ for case in sorted({r["case"] for r in rows}):
                   % (side, st.median(ratios), " ".join("%.3f" % x for x in ratios)))
     # A process draws a fast or a slow host and keeps it for the run, so the
     # fastest run of each allocator is the steadier figure over many rounds.
-    fastest = {side: min(r["median_step_seconds"] for r in rows
-                         if r["case"] == case and r["allocator"] == side)
-               for side in ("native", "expandable", "memlake_A", "memlake_B")
-               if any(r["case"] == case and r["allocator"] == side for r in rows)}
     stock = [fastest[k] for k in ("native", "expandable") if k in fastest]
     for side in ("memlake_A", "memlake_B"):
         if side in fastest and stock:
             print("%-11s fastest run %.1f ms, / the faster stock allocator's fastest %.1f ms: %.3f"
-                  % (side, fastest[side] * 1e3, min(stock) * 1e3, fastest[side] / min(stock)))
+                  % (side, fastest[side], min(stock), fastest[side] / min(stock)))
 PY
 note "== done in $(($(date +%s) - START))s"
