@@ -42,7 +42,7 @@ typedef struct memlake_stat_value {
 /* Every statistic of MEMLAKE_STAT_FIELDS (memlake/stat_fields.h), in its
  * order: s.live_bytes.current, s.reserved_bytes.peak, s.allocs.current, ...
  * The version changes whenever the list does. */
-#define MEMLAKE_STATS_VERSION 11
+#define MEMLAKE_STATS_VERSION 12
 typedef struct memlake_stats {
   uint32_t version; /* set by the caller to MEMLAKE_STATS_VERSION */
   uint32_t size;    /* set by the caller to sizeof(memlake_stats) */

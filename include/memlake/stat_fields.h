@@ -69,7 +69,8 @@
   X(graph_allocs,            counter, "allocations served by graph pools")                    \
   X(graph_captures_abandoned,counter, "uses of graph pools released by captures that failed") \
   X(graph_exclusive_overlaps,counter, "graphs of an exclusive group seen running at once")   \
-  X(graph_kept_chunks,       counter, "chunks given to one exclusive pool for blocks kept after its capture")
+  X(graph_kept_chunks,       counter, "chunks given to one exclusive pool for blocks kept after its capture")\
+  X(deallocate_ns,           counter, "host ns inside deallocate, after the lock was taken")
 /* clang-format on */
 
 #endif /* MEMLAKE_STAT_FIELDS_H_ */

@@ -16,7 +16,7 @@ struct StatValue {
 
 // A snapshot of all statistics. Counters use `current` only (peak == current).
 struct Stats {
-  static constexpr int kVersion = 6;
+  static constexpr int kVersion = 7;
 #define MEMLAKE_STAT_MEMBER(name, kind, help) StatValue name;
   MEMLAKE_STAT_FIELDS(MEMLAKE_STAT_MEMBER)
 #undef MEMLAKE_STAT_MEMBER

@@ -88,8 +88,8 @@ OOM_EXIT = 3  # a child that ran out of memory under --memory-cap-gib
 # memlake, per step: VMM calls on the training thread and on its mapping
 # worker, host milliseconds in allocations that missed the same-stream
 # cache, waiting for the allocator's lock, in VMM and event calls.
-COUNTERS = ("critical_path_vmm_calls", "worker_vmm_calls", "allocate_ns", "lock_wait_ns",
-            "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
+COUNTERS = ("critical_path_vmm_calls", "worker_vmm_calls", "allocate_ns", "deallocate_ns",
+            "lock_wait_ns", "critical_path_vmm_ns", "critical_path_event_ns", "worker_vmm_ns")
 
 
 def parse_args(argv=None):

@@ -174,6 +174,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (ptr == nullptr) return;
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
+  ScopedNanos timed(stats_.deallocate_ns);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
   if (MEMLAKE_UNLIKELY(it == live_.end())) {

@@ -249,19 +249,19 @@ TEST_F(CApi, StatsVersionAndSize) {
   s.size = sizeof s;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 12 is not supported (this library has version 11)");
+            "memlake_get_stats: stats version 13 is not supported (this library has version 12)");
   EXPECT_EQ(s.allocs.current, 0);  // untouched
 
   s.version = 0;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(),
-            "memlake_get_stats: stats version 0 is not supported (this library has version 11)");
+            "memlake_get_stats: stats version 0 is not supported (this library has version 12)");
 
   s.version = MEMLAKE_STATS_VERSION;
   s.size = sizeof s - 8;
   EXPECT_EQ(memlake_get_stats(0, &s), -1);
   EXPECT_EQ(last_error(), "memlake_get_stats: size " + std::to_string(sizeof s - 8) +
-                              " is smaller than memlake_stats version 11 (" +
+                              " is smaller than memlake_stats version 12 (" +
                               std::to_string(sizeof s) + " bytes)");
   EXPECT_EQ(s.allocs.current, 0);
 
@@ -319,7 +319,7 @@ TEST_F(CApi, StatsJsonFollowsSnprintf) {
   std::string full(static_cast<std::size_t>(n) + 1, 'x');
   EXPECT_EQ(memlake_get_stats_json(0, full.data(), full.size()), n);
   EXPECT_EQ(std::strlen(full.c_str()), static_cast<std::size_t>(n));
-  EXPECT_EQ(full.rfind("{\"version\":6,\"live_bytes\":{\"current\":", 0), 0u) << full;
+  EXPECT_EQ(full.rfind("{\"version\":7,\"live_bytes\":{\"current\":", 0), 0u) << full;
   EXPECT_EQ(full[static_cast<std::size_t>(n) - 1], '}');
 
   char small[8];

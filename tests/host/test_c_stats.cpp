@@ -23,7 +23,7 @@ namespace {
 
 // A change of the list changes memlake_stats: bump MEMLAKE_STATS_VERSION
 // (memlake.h) with it, then this count.
-static_assert(MEMLAKE_STATS_VERSION == 11 && MEMLAKE_STAT_COUNT == 62,
+static_assert(MEMLAKE_STATS_VERSION == 12 && MEMLAKE_STAT_COUNT == 63,
               "MEMLAKE_STAT_FIELDS changed: bump MEMLAKE_STATS_VERSION and this line");
 
 static_assert(sizeof(memlake_stats) ==

@@ -41,21 +41,21 @@ Stats numbered() {
 
 TEST(StatsJson, FieldListIsTheDocumentedOne) {
   const std::vector<FieldInfo> f = fields();
-  ASSERT_EQ(f.size(), 62u);
+  ASSERT_EQ(f.size(), 63u);
   EXPECT_EQ(f.front().name, "live_bytes");
   EXPECT_TRUE(f.front().gauge);
-  EXPECT_EQ(f.back().name, "graph_kept_chunks");
+  EXPECT_EQ(f.back().name, "deallocate_ns");
   EXPECT_FALSE(f.back().gauge);
 }
 
 TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
   const std::string json = Stats{}.to_json();
   const std::string prefix =
-      "{\"version\":6,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
+      "{\"version\":7,\"live_bytes\":{\"current\":0,\"peak\":0},\"requested_bytes\":{\"current\":"
       "0,\"peak\":0},";
   EXPECT_EQ(json.substr(0, prefix.size()), prefix);
   const std::string suffix =
-      ",\"graph_captures_abandoned\":0,\"graph_exclusive_overlaps\":0,\"graph_kept_chunks\":0}";
+      ",\"graph_exclusive_overlaps\":0,\"graph_kept_chunks\":0,\"deallocate_ns\":0}";
   ASSERT_GE(json.size(), suffix.size());
   EXPECT_EQ(json.substr(json.size() - suffix.size()), suffix);
 }
@@ -63,7 +63,7 @@ TEST(StatsJson, ZeroSnapshotExactPrefixAndSuffix) {
 TEST(StatsJson, EveryFieldWithItsValueInOrder) {
   const std::string json = numbered().to_json();
   const std::vector<FieldInfo> f = fields();
-  std::string expected = "{\"version\":6";
+  std::string expected = "{\"version\":7";
   for (std::size_t i = 0; i < f.size(); ++i) {
     const std::string current = std::to_string(1000 + i);
     const std::string peak = std::to_string(2000 + i);

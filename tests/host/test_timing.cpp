@@ -1,6 +1,7 @@
 // The host-time stats: allocate_ns holds the time inside allocate (and the
-// time of its VMM calls), frees add none to it, and a caller that finds the
-// allocator's lock held counts one wait with its duration.
+// time of its VMM calls), deallocate_ns the time inside deallocate, each
+// call adding to its own, and a caller that finds the allocator's lock held
+// counts one wait with its duration.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,15 +11,15 @@
 #include <thread>
 
 #include "backend/host/host_backend.hpp"
-#include "memlake/allocator.hpp"
 #include "common/timing.hpp"
+#include "memlake/allocator.hpp"
 
 namespace memlake {
 namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-TEST(Timing, AllocateTimeHoldsItsVmmCallsAndFreesAddNone) {
+TEST(Timing, AllocateAndDeallocateTimesHoldOnlyTheirOwnCalls) {
   Config c;
   c.capacity = 64 * MiB;
   c.worker = WorkerMode::off;
@@ -35,13 +36,18 @@ TEST(Timing, AllocateTimeHoldsItsVmmCallsAndFreesAddNone) {
   EXPECT_GT(a.stats().critical_path_vmm_ns.current, 0);
   EXPECT_LE(a.stats().critical_path_vmm_ns.current, after_first);
   EXPECT_EQ(a.stats().worker_vmm_ns.current, 0);
+  EXPECT_EQ(a.stats().deallocate_ns.current, 0);
   a.deallocate(p, 4 * MiB, s);
   EXPECT_EQ(a.stats().allocate_ns.current, after_first) << "a free is not an allocation";
+  const std::int64_t after_free = a.stats().deallocate_ns.current;
+  EXPECT_GT(after_free, 0);
   void* q = a.allocate(4 * MiB, s);  // its place again: no VMM call
   EXPECT_EQ(q, p);
   EXPECT_GT(a.stats().allocate_ns.current, after_first);
+  EXPECT_EQ(a.stats().deallocate_ns.current, after_free) << "an allocation is not a free";
   EXPECT_EQ(a.stats().lock_waits.current, 0);
   a.deallocate(q, 4 * MiB, s);
+  EXPECT_GT(a.stats().deallocate_ns.current, after_free);
   a.destroy_stream(s);
 }
 

@@ -25,10 +25,11 @@
 #                                steps here are bound by the host)
 # Each run's JSON line goes to $OUT/ab.jsonl; the summary (median step per
 # side and case, each round, peak reserved; for memlake, medians per step
-# from the 4th of the time inside allocate and what it waited for: the
-# driver, the lock, events; each memlake side's ratio to the faster stock
-# allocator of each round, and their median; each memlake side's fastest run
-# against the faster stock allocator's fastest) to $OUT/ab-summary.txt.
+# from the 4th of the time inside allocate and what it waited for (the
+# driver, the lock, events) and inside deallocate; each memlake side's ratio
+# to the faster stock allocator of each round, and their median; each
+# memlake side's fastest run against the faster stock allocator's fastest)
+# to $OUT/ab-summary.txt.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -112,6 +113,8 @@ for case in sorted({r["case"] for r in rows}):
                 per_step("allocate_ms_by_step"), per_step("critical_path_vmm_ms_by_step"),
                 per_step("critical_vmm_by_step"), per_step("lock_wait_ms_by_step"),
                 per_step("critical_path_event_ms_by_step"), per_step("worker_vmm_ms_by_step"))
+            if "deallocate_ms_by_step" in rs[0]:
+                line += ", inside deallocate %.1f ms" % per_step("deallocate_ms_by_step")
         print(line)
     # Each memlake side against the faster stock allocator of the same
     # round: a ratio per round, then their median.

@@ -17,8 +17,9 @@ loop with a no-op in place of the allocator: the loop's own cost, to read
 the others against. Per allocator and trace it prints, after warm-up (the
 trace's second half, --warmup-fraction): the sum of the time inside the
 allocate and free calls, allocate and free median / p99 / max, and the peak
-reserved; for memlake also the time its own counters saw inside allocate
-(allocate_ns + lock_wait_ns), so what PyTorch's pluggable path adds shows.
+reserved; for memlake also the time its own counters saw inside allocate and
+free (allocate_ns + deallocate_ns + lock_wait_ns), so what PyTorch's
+pluggable path adds shows.
 --json-out writes one JSON record per process.
 """
 import argparse
@@ -111,7 +112,7 @@ def replay(label, path, warmup_fraction):
         if name != "memlake":
             return 0
         s = memlake.torch.stats()
-        return s["allocate_ns"] + s["lock_wait_ns"]
+        return s["allocate_ns"] + s["deallocate_ns"] + s["lock_wait_ns"]
 
     live = {}
     alloc_times, free_times = [], []
