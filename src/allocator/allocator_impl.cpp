@@ -113,7 +113,7 @@ void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
       throw;
     }
   }
-  return hand_out(p, bytes, stream, timed.elapsed());
+  return hand_out(p, bytes, stream, timed);
 }
 
 FenceId AllocatorImpl::look_at_fences() {
@@ -157,15 +157,17 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
 }
 
 void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
-                              std::int64_t ns) {
+                              const ScopedNanos& timed) {
   live_.emplace(placed.ptr, LiveBlock{placed.size, requested, stream, {}});
   count_block(stats_, 1, placed.size, requested);
   ++rung_stat(stats_, placed.rung).current;
   void* p = reinterpret_cast<void*>(placed.ptr);
-  if (MEMLAKE_UNLIKELY(!observers_.empty()))
+  if (MEMLAKE_UNLIKELY(!observers_.empty())) {
+    const std::int64_t ns = timed.elapsed();  // no clock read without observers
     observers_.each([&](Observer& o) {
       o.on_alloc({p, requested, placed.size, stream, placed.rung, ns});
     });
+  }
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
   return p;
 }

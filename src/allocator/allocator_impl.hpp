@@ -30,6 +30,7 @@
 #include "backend/backend.hpp"
 #include "common/node_pool.hpp"
 #include "common/observer_list.hpp"
+#include "common/timing.hpp"
 #include "graph/graph_pools.hpp"
 #include "lake/lake.hpp"
 #include "memlake/allocator.hpp"
@@ -105,7 +106,9 @@ class AllocatorImpl {
   // returns the newest. Allocations look once in kAllocationsPerFenceLook
   // calls (stream_order.hpp), before they map and before a wait.
   FenceId look_at_fences();
-  void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream, std::int64_t ns);
+  // `timed` has run since the lock was taken: observers get its time.
+  void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream,
+                 const ScopedNanos& timed);
   // errors.cpp
   // Counts in misuse_errors unless the call was a query (allocation_size).
   [[noreturn]] void misuse(const std::string& message, bool counts = true) const;
