@@ -134,9 +134,39 @@ void ChunkPool::give_back(ChunkId id) {
   notify_changed(id, by);
 }
 
+// Runs of consecutive ids of one size change the free set a word at a
+// time; a short block pays no more than one test of its length.
+std::size_t ChunkPool::run_at(std::span<const ChunkId> ids, std::size_t k) const {
+  if (k + kLongRun > ids.size() || ids[k + kLongRun - 1] != ids[k] + (kLongRun - 1)) return 1;
+  const ChunkId lo = ids[k];
+  const std::size_t size = chunks_[lo].size;
+  std::size_t n = 1;
+  while (k + n < ids.size() && ids[k + n] == lo + n && chunks_[lo + n].size == size) ++n;
+  return n < kLongRun ? 1 : n;
+}
+
 void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
   std::size_t bytes = 0;
-  for (ChunkId id : ids) bytes += hold(id, client);
+  if (ids.size() < kLongBlock)
+    for (ChunkId id : ids) bytes += hold(id, client);
+  for (std::size_t k = ids.size() < kLongBlock ? ids.size() : 0; k < ids.size();) {
+    const std::size_t n = run_at(ids, k);
+    if (n == 1) {
+      bytes += hold(ids[k++], client);
+      continue;
+    }
+    const ChunkId lo = ids[k];
+    const std::size_t size = chunks_[lo].size;
+    for (ChunkId id = lo; id < lo + n; ++id) {
+      PhysicalChunk& c = chunks_[id];
+      assert(c.holder == kNoClient);
+      if (c.reserve) clear_reserve(id);
+      c.holder = client;
+    }
+    free_.erase_range(size, lo, static_cast<ChunkId>(lo + n));
+    bytes += size * n;
+    k += n;
+  }
   free_bytes_ -= bytes;
   if (others_hear(client))
     for (ChunkId id : ids) notify_changed(id, client);
@@ -146,9 +176,24 @@ void ChunkPool::give_back_all(std::span<const ChunkId> ids) {
   if (ids.empty()) return;
   const ClientId by = chunks_[ids.front()].holder;
   std::size_t bytes = 0;
-  for (ChunkId id : ids) {
-    assert(chunks_[id].holder == by);
-    bytes += unhold(id);
+  if (ids.size() < kLongBlock)
+    for (ChunkId id : ids) bytes += unhold(id);
+  for (std::size_t k = ids.size() < kLongBlock ? ids.size() : 0; k < ids.size();) {
+    const std::size_t n = run_at(ids, k);
+    if (n == 1) {
+      assert(chunks_[ids[k]].holder == by);
+      bytes += unhold(ids[k++]);
+      continue;
+    }
+    const ChunkId lo = ids[k];
+    const std::size_t size = chunks_[lo].size;
+    for (ChunkId id = lo; id < lo + n; ++id) {
+      assert(chunks_[id].holder == by);
+      chunks_[id].holder = kNoClient;
+    }
+    free_.insert_range(size, lo, static_cast<ChunkId>(lo + n));
+    bytes += size * n;
+    k += n;
   }
   free_bytes_ += bytes;
   if (others_hear(by))

@@ -111,6 +111,12 @@ class ChunkPool {
  private:
   void notify_added(ChunkId id);
   void notify_removed(ChunkId id);
+  // The length of the run of consecutive ids of one size from ids[k], when
+  // the block has at least kLongBlock chunks and the run at least kLongRun,
+  // else 1: a block of a few GiB takes hundreds of chunks, made together.
+  static constexpr std::size_t kLongBlock = 32;
+  static constexpr std::size_t kLongRun = 8;
+  std::size_t run_at(std::span<const ChunkId> ids, std::size_t k) const;
   // One chunk's part of a take or give-back, less the free bytes and the
   // other clients' news; returns its size.
   std::size_t hold(ChunkId id, ClientId client) {

@@ -5,6 +5,8 @@
 // order as a set's would.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -142,6 +144,24 @@ class FreeChunkSet {
     // tree node and a bitset each time.
     --b->count;
   }
+  // The ids [lo, hi), all of `size` and all absent / present: a block's
+  // chunks, made together, have consecutive ids, and a word of the bitset
+  // changes at once.
+  void insert_range(std::size_t size, ChunkId lo, ChunkId hi) {
+    Bits& b = bucket(size);
+    if (b.words.size() <= (hi - 1) / 64) b.words.resize((hi - 1) / 64 + 1, 0);
+    const std::size_t added = update_range(b.words, lo, hi, /*set=*/true);
+    b.count += added;
+    count_ += added;
+  }
+  void erase_range(std::size_t size, ChunkId lo, ChunkId hi) {
+    Bits* b = find_bucket(size);
+    if (b == nullptr) return;
+    const std::size_t removed =
+        update_range(b->words, lo, std::min<std::size_t>(hi, b->words.size() * 64), /*set=*/false);
+    b->count -= removed;
+    count_ -= removed;
+  }
   std::size_t count(const value_type& v) const {
     auto b = buckets_.find(v.first);
     return b != buckets_.end() && test(b->second.words, v.second) ? 1 : 0;
@@ -160,6 +180,24 @@ class FreeChunkSet {
  private:
   using Buckets = std::map<std::size_t, Bits>;
 
+  // Sets or clears bits [lo, hi) of `words` (which holds them); returns how
+  // many changed.
+  static std::size_t update_range(std::vector<std::uint64_t>& words, std::size_t lo, std::size_t hi,
+                                  bool set) {
+    std::size_t changed = 0;
+    while (lo < hi) {
+      const std::size_t w = lo / 64;
+      const std::size_t end = std::min(hi, (w + 1) * 64);
+      const std::size_t n = end - lo;
+      const std::uint64_t mask = (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1)
+                                 << (lo % 64);
+      const std::uint64_t before = words[w];
+      words[w] = set ? before | mask : before & ~mask;
+      changed += static_cast<std::size_t>(std::popcount(set ? mask & ~before : mask & before));
+      lo = end;
+    }
+    return changed;
+  }
   static bool test(const std::vector<std::uint64_t>& bits, ChunkId id) {
     return id / 64 < bits.size() && ((bits[id / 64] >> (id % 64)) & 1) != 0;
   }

@@ -270,7 +270,9 @@ class Lake final : private ChunkPool::Client {
   // back to the pool; the caller unpins the owner), else kNone.
   SegmentId free_piece(Piece* p);
   DevicePtr piece_address(const Piece* p) const;
-  FenceId record(DevicePtr ptr, const Allocation& a);
+  // `fence`, when given, is the newest fence of the block's chunks, found by
+  // the caller on its walk over them.
+  FenceId record(DevicePtr ptr, const Allocation& a, const FenceId* fence = nullptr);
   bool borrows(const Allocation& a) const;
   Piece* free_tail(ChunkId c) const;
   Piece* free_tail_before(SegmentId s, std::uint32_t slot) const;
@@ -281,9 +283,12 @@ class Lake final : private ChunkPool::Client {
   SegmentId unclaim(ChunkId c);  // returns the owner it had
   // The body of a large block: `count` chunks from slot `first` of `s`,
   // each wholly the block's, taken (all free) or given back (the block is
-  // freed) together. claim_whole returns the first chunk's piece.
-  Piece* claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count);
-  void unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count);
+  // freed) together. claim_whole returns the first chunk's piece and raises
+  // `fence` to the newest fence of the chunks; unclaim_whole takes the
+  // chunks from slot `first` on that the block holds whole, up to `most`,
+  // raising their fences to `fence` first, and returns how many.
+  Piece* claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId* fence);
+  std::uint32_t unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t most, FenceId fence);
   // Chunk `c` is owned by `s` and holds one live piece, the whole chunk.
   bool held_whole_by(ChunkId c, SegmentId s) const {
     const ChunkUse& u = use_[c];

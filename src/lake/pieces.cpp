@@ -43,7 +43,7 @@ SegmentId Lake::unclaim(ChunkId id) {
 // One pool operation and one note per run instead of one per chunk: a
 // block of a few GiB is hundreds of chunks, and a training step takes and
 // gives back the same ones every time.
-Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count) {
+Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId* fence) {
   Segment& seg = table_[s];
   const std::span<const ChunkId> ids(seg.chunks.data() + first, count);
   pool_.take_all(ids, client_);
@@ -56,23 +56,28 @@ Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count) 
     u.owner = s;
     u.owner_offset = seg.offsets[first + k];
     u.live = 1;
+    *fence = std::max(*fence, u.fence);
     u.pieces = new_piece({0, pool_.size(c), c, true, nullptr, nullptr});
   }
   return use_[ids[0]].pieces;
 }
 
-void Lake::unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count) {
-  const std::span<const ChunkId> ids(table_[s].chunks.data() + first, count);
-  for (ChunkId c : ids) {
-    ChunkUse& u = use_[c];
-    assert(held_whole_by(c, s));
+std::uint32_t Lake::unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t most,
+                                  FenceId fence) {
+  const ChunkId* chunks = table_[s].chunks.data() + first;
+  std::uint32_t n = 0;
+  for (; n < most && held_whole_by(chunks[n], s); ++n) {
+    ChunkUse& u = use_[chunks[n]];
+    u.fence = std::max(u.fence, fence);
     delete_piece(u.pieces);
     u.pieces = nullptr;
     u.live = 0;
     u.owner = kNone;
   }
+  const std::span<const ChunkId> ids(chunks, n);
   pool_.give_back_all(ids);
   table_.note_run_change(ids, kNone);
+  return n;
 }
 
 // Splits `size` bytes off the front of a free piece that is not in the
@@ -135,14 +140,16 @@ SegmentId Lake::free_piece(Piece* p) {
 }
 
 // Enters the allocation; returns the newest fence its chunks were freed under.
-FenceId Lake::record(DevicePtr ptr, const Allocation& a) {
-  FenceId fence;
+FenceId Lake::record(DevicePtr ptr, const Allocation& a, const FenceId* known) {
+  FenceId fence = known ? *known : FenceId{};
   const std::vector<ChunkId>& ids = table_[a.segment].chunks;
   const bool small = a.size <= options_.small_max;
-  for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
-    const ChunkId c = ids[a.first_chunk + i];
-    fence = std::max(fence, use_[c].fence);
-    if (small) fragments_.small_block_added(c, use_[c].pieces);
+  if (small || !known) {
+    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+      const ChunkId c = ids[a.first_chunk + i];
+      if (!known) fence = std::max(fence, use_[c].fence);
+      if (small) fragments_.small_block_added(c, use_[c].pieces);
+    }
   }
   Allocation entry = a;
   entry.grows = a.size > options_.small_max && grows_a_freed_block(a.size);
@@ -175,9 +182,11 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
   Allocation a{s, first, 0, nullptr, size, size};
   std::size_t covered = 0;
   std::uint32_t claimed = 0;  // chunks taken from the pool: `s` owns them
+  FenceId fence;              // the newest its chunks were freed under
   DevicePtr ptr = seg.va + seg.offsets[first];
   std::size_t i = first;
   if (tail) {
+    fence = use_[tail->chunk].fence;
     fragments_.erase(tail);
     ptr = seg.va + seg.offsets[first] + tail->offset;  // `s` may borrow it
     covered = tail->size;
@@ -188,6 +197,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
     const ChunkId c = seg.chunks[i];
     assert(pool_.is_free(c) && lead < pool_.size(c) && size >= pool_.size(c) - lead);
     claim(c, s, seg.offsets[i]);
+    fence = use_[c].fence;
     ++claimed;
     ptr += lead;
     covered = pool_.size(c) - lead;
@@ -209,7 +219,7 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
         bytes += pool_.size(next);
         ++n;
       }
-      Piece* p = claim_whole(s, static_cast<std::uint32_t>(i), n);
+      Piece* p = claim_whole(s, static_cast<std::uint32_t>(i), n, &fence);
       if (a.chunk_count == 0) a.piece = p;
       a.chunk_count += n;
       claimed += n;
@@ -224,13 +234,14 @@ Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail
       assert(use_[c].owner != kNone && !use_[c].pieces->allocated && use_[c].pieces->size >= take);
       fragments_.erase(use_[c].pieces);
     }
+    fence = std::max(fence, use_[c].fence);
     Piece* p = carve(use_[c].pieces, take);
     if (a.chunk_count++ == 0) a.piece = p;
     covered += take;
   }
   if (claimed != 0) table_.pin(s, &Segment::owned, true, claimed);
   remember_tail(s, a.first_chunk + a.chunk_count - 1);
-  const FenceId fence = record(ptr, a);  // pins `s` when it borrows both ends and owns nothing
+  record(ptr, a, &fence);  // pins `s` when it borrows both ends and owns nothing
   table_.touch(s);
   return {ptr, size, rung, fence};
 }
@@ -297,12 +308,9 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   Segment& seg = table_[a.segment];
   const std::vector<ChunkId>& ids = seg.chunks;
   if (fence > seg.fence) seg.fence = fence;
-  if (fence && others_wait) {
-    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
-      FenceId& f = use_[ids[a.first_chunk + i]].fence;
-      f = std::max(f, fence);
-    }
-  }
+  // The fence every chunk of the block keeps from now on (none: the
+  // streams that could get it have waited).
+  const FenceId chunk_fence = others_wait ? fence : FenceId{};
   allocations_.erase(it);
   allocated_bytes_ -= a.size;
   count_size(a.size, -1);
@@ -322,13 +330,13 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   for (std::uint32_t i = 0; i < a.chunk_count;) {
     const ChunkId c = ids[a.first_chunk + i];
     if (!small_block && held_whole_by(c, a.segment)) {
-      std::uint32_t n = 1;
-      while (i + n < a.chunk_count && held_whole_by(ids[a.first_chunk + i + n], a.segment)) ++n;
-      unclaim_whole(a.segment, a.first_chunk + i, n);
+      const std::uint32_t n =
+          unclaim_whole(a.segment, a.first_chunk + i, a.chunk_count - i, chunk_fence);
       given_back += n;
       i += n;
       continue;
     }
+    use_[c].fence = std::max(use_[c].fence, chunk_fence);
     release(i == 0 ? a.piece : use_[c].pieces);
     if (small_block) fragments_.small_block_removed(c, use_[c].pieces);
     ++i;
