@@ -145,29 +145,35 @@ std::size_t ChunkPool::run_at(std::span<const ChunkId> ids, std::size_t k) const
   return n < kLongRun ? 1 : n;
 }
 
-void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
+template <typename One, typename Run>
+std::size_t ChunkPool::by_runs(std::span<const ChunkId> ids, One&& one, Run&& run) {
   std::size_t bytes = 0;
-  if (ids.size() < kLongBlock)
-    for (ChunkId id : ids) bytes += hold(id, client);
-  for (std::size_t k = ids.size() < kLongBlock ? ids.size() : 0; k < ids.size();) {
+  if (ids.size() < kLongBlock) {
+    for (ChunkId id : ids) bytes += one(id);
+    return bytes;
+  }
+  for (std::size_t k = 0; k < ids.size();) {
     const std::size_t n = run_at(ids, k);
     if (n == 1) {
-      bytes += hold(ids[k++], client);
+      bytes += one(ids[k++]);
       continue;
     }
     const ChunkId lo = ids[k];
     const std::size_t size = chunks_[lo].size;
-    for (ChunkId id = lo; id < lo + n; ++id) {
-      PhysicalChunk& c = chunks_[id];
-      assert(c.holder == kNoClient);
-      if (c.reserve) clear_reserve(id);
-      c.holder = client;
-    }
-    free_.erase_range(size, lo, static_cast<ChunkId>(lo + n));
+    run(size, lo, static_cast<ChunkId>(lo + n));
     bytes += size * n;
     k += n;
   }
-  free_bytes_ -= bytes;
+  return bytes;
+}
+
+void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
+  free_bytes_ -= by_runs(
+      ids, [&](ChunkId id) { return hold(id, client); },
+      [&](std::size_t size, ChunkId lo, ChunkId hi) {
+        for (ChunkId id = lo; id < hi; ++id) mark_held(id, client);
+        free_.erase_range(size, lo, hi);
+      });
   if (others_hear(client))
     for (ChunkId id : ids) notify_changed(id, client);
 }
@@ -175,27 +181,19 @@ void ChunkPool::take_all(std::span<const ChunkId> ids, ClientId client) {
 void ChunkPool::give_back_all(std::span<const ChunkId> ids) {
   if (ids.empty()) return;
   const ClientId by = chunks_[ids.front()].holder;
-  std::size_t bytes = 0;
-  if (ids.size() < kLongBlock)
-    for (ChunkId id : ids) bytes += unhold(id);
-  for (std::size_t k = ids.size() < kLongBlock ? ids.size() : 0; k < ids.size();) {
-    const std::size_t n = run_at(ids, k);
-    if (n == 1) {
-      assert(chunks_[ids[k]].holder == by);
-      bytes += unhold(ids[k++]);
-      continue;
-    }
-    const ChunkId lo = ids[k];
-    const std::size_t size = chunks_[lo].size;
-    for (ChunkId id = lo; id < lo + n; ++id) {
-      assert(chunks_[id].holder == by);
-      chunks_[id].holder = kNoClient;
-    }
-    free_.insert_range(size, lo, static_cast<ChunkId>(lo + n));
-    bytes += size * n;
-    k += n;
-  }
-  free_bytes_ += bytes;
+  free_bytes_ += by_runs(
+      ids,
+      [&](ChunkId id) {
+        assert(chunks_[id].holder == by);
+        return unhold(id);
+      },
+      [&](std::size_t size, ChunkId lo, ChunkId hi) {
+        for (ChunkId id = lo; id < hi; ++id) {
+          assert(chunks_[id].holder == by);
+          mark_unheld(id);
+        }
+        free_.insert_range(size, lo, hi);
+      });
   if (others_hear(by))
     for (ChunkId id : ids) notify_changed(id, by);
 }

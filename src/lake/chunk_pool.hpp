@@ -117,22 +117,34 @@ class ChunkPool {
   static constexpr std::size_t kLongBlock = 32;
   static constexpr std::size_t kLongRun = 8;
   std::size_t run_at(std::span<const ChunkId> ids, std::size_t k) const;
+  // Calls one(id) for each chunk of `ids`, except that each run run_at
+  // finds goes to run(size, lo, hi) whole; returns the bytes of all.
+  template <typename One, typename Run>
+  std::size_t by_runs(std::span<const ChunkId> ids, One&& one, Run&& run);
   // One chunk's part of a take or give-back, less the free bytes and the
-  // other clients' news; returns its size.
-  std::size_t hold(ChunkId id, ClientId client) {
+  // other clients' news; returns its size. mark_held and mark_unheld leave
+  // the free set to the caller.
+  void mark_held(ChunkId id, ClientId client) {
     PhysicalChunk& c = chunks_[id];
     assert(c.holder == kNoClient);
-    free_.erase({c.size, id});
     if (c.reserve) clear_reserve(id);
     c.holder = client;
-    return c.size;
+  }
+  std::size_t hold(ChunkId id, ClientId client) {
+    const std::size_t size = chunks_[id].size;
+    free_.erase({size, id});
+    mark_held(id, client);
+    return size;
+  }
+  void mark_unheld(ChunkId id) {
+    assert(chunks_[id].holder != kNoClient);
+    chunks_[id].holder = kNoClient;
   }
   std::size_t unhold(ChunkId id) {
-    PhysicalChunk& c = chunks_[id];
-    assert(c.holder != kNoClient);
-    c.holder = kNoClient;
-    free_.emplace(c.size, id);
-    return c.size;
+    mark_unheld(id);
+    const std::size_t size = chunks_[id].size;
+    free_.emplace(size, id);
+    return size;
   }
   // Whether a client other than `by` listens to takes and give-backs.
   bool others_hear(ClientId by) const {
