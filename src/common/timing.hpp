@@ -1,7 +1,7 @@
-// Host time spent inside the allocator, for the stats: the slow path and
-// waits for the allocator's lock (held by another caller or by the mapping
-// worker while it plans or commits a job). The fast path reads no clock: an
-// uncontended try_lock costs nothing extra.
+// Host time spent inside the allocator, for the stats: each allocate and
+// deallocate (two clock reads a call), and waits for the allocator's lock
+// (held by another caller or by the mapping worker while it plans or
+// commits a job). An uncontended try_lock reads no clock.
 #pragma once
 
 #include <chrono>

@@ -160,7 +160,7 @@ def replay(label, path, warmup_fraction):
               "torch": torch.__version__}
     record["calls_ns"] = record["allocate"]["sum_ns"] + record["free"]["sum_ns"]
     if name == "memlake":
-        record["memlake_allocate_ns"] = inside_after - inside_before
+        record["memlake_inside_ns"] = inside_after - inside_before
         s = memlake.torch.stats()
         record["critical_path_vmm_calls"] = s["critical_path_vmm_calls"]
     return record
@@ -225,9 +225,9 @@ def print_table(path, labels, records):
             median([r["free"]["p99_ns"] for r in rs]) / 1e3,
             median([r["allocate"]["max_ns"] for r in rs]) / 1e3,
             max(r["peak_reserved"] for r in rs) / 2**30)
-        if "memlake_allocate_ns" in rs[0]:
+        if "memlake_inside_ns" in rs[0]:
             line += "  (inside memlake %.2f ms)" % (
-                median([r["memlake_allocate_ns"] for r in rs]) / 1e6)
+                median([r["memlake_inside_ns"] for r in rs]) / 1e6)
         print(line, flush=True)
 
 
