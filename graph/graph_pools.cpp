@@ -299,10 +299,11 @@ void* GraphPools::enter(GraphPool& p, const lake::Placed& placed, std::size_t by
   return ptr;
 }
 
-bool GraphPools::deallocate(DevicePtr ptr, std::size_t bytes, StreamHandle stream) {
+bool GraphPools::deallocate(DevicePtr ptr, std::size_t bytes, const StreamHandle* on) {
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return false;
   const Block b = it->second;
+  const StreamHandle stream = on != nullptr ? *on : b.stream;
   if (bytes != 0 && bytes != b.requested) {
     char buf[200];
     std::snprintf(buf, sizeof buf,
@@ -335,6 +336,20 @@ std::optional<std::size_t> GraphPools::requested_size(DevicePtr ptr) const {
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return std::nullopt;
   return it->second.requested;
+}
+
+std::optional<BlockInfo> GraphPools::block_info(DevicePtr ptr) const {
+  auto it = blocks_.find(ptr);
+  if (it == blocks_.end()) return std::nullopt;
+  return BlockInfo{reinterpret_cast<void*>(ptr), it->second.requested, it->second.stream};
+}
+
+std::vector<BlockInfo> GraphPools::all_live_blocks() const {
+  std::vector<BlockInfo> out;
+  out.reserve(blocks_.size());
+  for (const auto& [ptr, b] : blocks_)
+    out.push_back(BlockInfo{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+  return out;
 }
 
 // --- checkpoints ------------------------------------------------------------------
@@ -392,7 +407,7 @@ std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& 
                     b.ptr, name(id).c_str());
       misuse(buf);
     }
-  for (const PoolBlock& b : live) deallocate(reinterpret_cast<DevicePtr>(b.ptr), 0, b.stream);
+  for (const PoolBlock& b : live) deallocate(reinterpret_cast<DevicePtr>(b.ptr), 0, &b.stream);
   const std::size_t placed = place_back(p, blocks);
   if (placed == blocks.size()) {
     std::vector<void*> freed;
@@ -401,7 +416,7 @@ std::vector<void*> GraphPools::restore(PoolId id, const std::vector<PoolBlock>& 
     return freed;
   }
   for (std::size_t i = 0; i < placed; ++i)
-    deallocate(reinterpret_cast<DevicePtr>(blocks[i].ptr), 0, blocks[i].stream);
+    deallocate(reinterpret_cast<DevicePtr>(blocks[i].ptr), 0, &blocks[i].stream);
   if (place_back(p, live) != live.size())
     throw std::logic_error("memlake: restore_pool: the live blocks of graph pool " + name(id) +
                            " could not be placed back");

@@ -67,10 +67,15 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   void* allocate(std::size_t bytes, StreamHandle stream);
   // False when `ptr` is no live block of a pool (the allocator then reports
   // the bad pointer); throws misuse for a wrong size.
-  bool deallocate(DevicePtr ptr, std::size_t bytes, StreamHandle stream);
+  // The free is on *stream, or where stream is null on the block's own.
+  bool deallocate(DevicePtr ptr, std::size_t bytes, const StreamHandle* stream);
   bool record_stream(DevicePtr ptr, StreamHandle stream);
   // The requested size of a live pool block; none when `ptr` is no such block.
   std::optional<std::size_t> requested_size(DevicePtr ptr) const;
+  // The live pool block at `ptr`; none when there is no such block.
+  std::optional<BlockInfo> block_info(DevicePtr ptr) const;
+  // The live blocks of every pool, in no order.
+  std::vector<BlockInfo> all_live_blocks() const;
 
   PoolId new_pool_id(ExclusiveGroupId group);
   ExclusiveGroupId new_group(bool check);

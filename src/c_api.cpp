@@ -20,8 +20,10 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "memlake/allocator.hpp"
 #include "memlake/config.hpp"
@@ -34,6 +36,12 @@ namespace {
 constexpr const char* kShutdownMessage = "memlake: called after memlake_shutdown()";
 
 std::atomic<Allocator*> g_allocators[kMaxDevices];
+// The one device with an allocator while there is one: a pointer's device
+// without a search. kNoDevice before the first, kSeveralDevices after a
+// second.
+constexpr int kNoDevice = -1;
+constexpr int kSeveralDevices = -2;
+std::atomic<int> g_sole_device{kNoDevice};
 std::atomic<bool> g_shut_down{false};
 std::mutex g_table_mutex;
 double g_capacity_fraction[kMaxDevices];  // set before first use; under the table lock
@@ -94,6 +102,9 @@ Allocator& get_or_create(int device) {
   }
   Allocator* a = created.release();
   g_allocators[device].store(a, std::memory_order_release);
+  g_sole_device.store(
+      g_sole_device.load(std::memory_order_relaxed) == kNoDevice ? device : kSeveralDevices,
+      std::memory_order_release);
   return *a;
 }
 
@@ -116,6 +127,11 @@ int owner_elsewhere(const void* ptr, int device) {
     if (a != nullptr && a->owns(ptr)) return d;
   }
   return -1;
+}
+
+int device_holding(const void* ptr) {
+  const int sole = g_sole_device.load(std::memory_order_acquire);
+  return sole != kSeveralDevices ? sole : owner_elsewhere(ptr, -1);
 }
 
 namespace {
@@ -183,6 +199,37 @@ void memlake_free(void* ptr, size_t size, int device, void* stream) {
     check_device("memlake_free", device);
     if (ptr == nullptr) return 0;
     on_owner("memlake_free", ptr, device, [&](Allocator& a) { a.deallocate(ptr, size, stream); });
+    return 0;
+  });
+}
+
+int memlake_block_info(const void* ptr, memlake_pool_block* out, int* device) {
+  return guarded(-1, [&] {
+    check_open();
+    if (out == nullptr) throw misuse("memlake_block_info: out is NULL");
+    const int holder = device_holding(ptr);
+    const Allocator* a = holder < 0 ? nullptr : existing(holder);
+    const std::optional<BlockInfo> b = a != nullptr ? a->block_info(ptr) : std::nullopt;
+    if (!b)
+      throw misuse("memlake_block_info: no device holds a live block at " + pointer_text(ptr));
+    *out = memlake_pool_block{b->ptr, b->size, b->stream};
+    if (device != nullptr) *device = holder;
+    return 0;
+  });
+}
+
+int memlake_live_blocks(int device, memlake_pool_block* out, size_t capacity, size_t* count) {
+  return guarded(-1, [&] {
+    check_open();
+    check_device("memlake_live_blocks", device);
+    if (count == nullptr || (out == nullptr && capacity != 0))
+      throw misuse("memlake_live_blocks: null output pointer");
+    const Allocator* a = existing(device);
+    const std::vector<BlockInfo> blocks =
+        a != nullptr ? a->live_blocks() : std::vector<BlockInfo>{};
+    for (std::size_t i = 0; i < blocks.size() && i < capacity; ++i)
+      out[i] = memlake_pool_block{blocks[i].ptr, blocks[i].size, blocks[i].stream};
+    *count = blocks.size();
     return 0;
   });
 }

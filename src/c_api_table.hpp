@@ -30,6 +30,10 @@ void set_capacity_fraction(int device, double fraction);
 // The device whose allocator holds `ptr` live, other than `device` (-1: any
 // device); -1 if none.
 int owner_elsewhere(const void* ptr, int device);
+// The device whose allocator holds `ptr` live: with one allocator in the
+// process, that allocator's device without looking (a pointer it does not
+// hold is the caller's to report); else a search. -1 if none.
+int device_holding(const void* ptr);
 
 // Runs body(); an exception becomes `on_error` and the thread's message.
 template <class R, class F>

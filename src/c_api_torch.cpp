@@ -42,6 +42,23 @@ void memlake_torch_free(void* ptr, size_t size, int device, void* stream) {
   if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
 }
 
+void memlake_torch_free_block(void* ptr) {
+  guarded(0, [&] {
+    check_open();
+    if (ptr == nullptr) return 0;
+    const int device = device_holding(ptr);
+    Allocator* a = device < 0 ? nullptr : existing(device);
+    if (a == nullptr) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "memlake_torch_free_block: unknown pointer %p", ptr);
+      throw misuse(buf);
+    }
+    a->deallocate_on_own_stream(ptr);
+    return 0;
+  });
+  if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
+}
+
 void memlake_torch_record_stream(void* ptr, void* stream) {
   reporting([&] {
     check_open();

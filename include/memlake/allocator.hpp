@@ -13,7 +13,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "memlake/config.hpp"
 #include "memlake/errors.hpp"
@@ -29,6 +31,13 @@ class AllocatorImpl;
 
 using Stream = void*;  // cudaStream_t on CUDA, a host stream on the HostBackend; nullptr: default
 
+// A live block as callers see it.
+struct BlockInfo {
+  void* ptr = nullptr;
+  std::size_t size = 0;     // as requested
+  Stream stream = nullptr;  // the stream it was allocated on
+};
+
 class Allocator {
  public:
   explicit Allocator(const Config& config = Config::from_env());
@@ -42,6 +51,9 @@ class Allocator {
   void* allocate(std::size_t bytes, Stream stream = nullptr);
   // `bytes` must be the size given to allocate(), or 0 to skip the check.
   void deallocate(void* ptr, std::size_t bytes, Stream stream = nullptr);
+  // Frees `ptr` on the stream it was allocated on, its size unchecked: for
+  // callers that keep neither (PyTorch's deleter has the pointer alone).
+  void deallocate_on_own_stream(void* ptr);
   // The block is also used on `stream`: its memory is reused elsewhere only
   // after the work queued on `stream` up to its free has completed.
   void record_stream(void* ptr, Stream stream);
@@ -66,6 +78,11 @@ class Allocator {
   std::size_t largest_available() const;
   // Requested size of a live allocation; throws misuse for unknown pointers.
   std::size_t allocation_size(const void* ptr) const;
+  // The live block at `ptr`, graph pools' included; none for any other
+  // pointer.
+  std::optional<BlockInfo> block_info(const void* ptr) const;
+  // Every live block, graph pools' included, in address order.
+  std::vector<BlockInfo> live_blocks() const;
   // Whether `ptr` is the start of a block this allocator handed out and that
   // is not freed yet.
   bool owns(const void* ptr) const;

@@ -130,11 +130,7 @@ void launch_exclusive(Allocator& alloc, PoolId pool, GraphHandle graph, Stream s
 // each graph of a tree into one pool, and before recording a graph that
 // follows one already run they put the pool back to how it was when that
 // graph was recorded: the blocks live then, at the same addresses.
-struct PoolBlock {
-  void* ptr = nullptr;
-  std::size_t size = 0;     // as requested
-  Stream stream = nullptr;  // the stream it was allocated on
-};
+using PoolBlock = BlockInfo;
 // The live blocks of `pool`, in address order.
 std::vector<PoolBlock> pool_blocks(Allocator& alloc, PoolId pool);
 // Frees every live block of `pool`, then allocates each of `blocks` again at

@@ -199,6 +199,16 @@ int memlake_pool_blocks(int device, memlake_pool_id pool, memlake_pool_block* ou
 int memlake_restore_pool(int device, memlake_pool_id pool, const memlake_pool_block* blocks,
                          size_t n, void** freed, size_t capacity, size_t* freed_count);
 
+/* --- Live blocks, graph pools' included, in memlake_pool_block's form ------
+ * Each returns 0 on success, -1 on error (memlake_last_error). */
+/* The live block at `ptr` (to *out), and the device whose allocator holds it
+ * (to *device, if not NULL); -1 when no device holds a live block there. */
+int memlake_block_info(const void* ptr, memlake_pool_block* out, int* device);
+/* Every live block of `device`, in address order: the first `capacity` of
+ * them go to `out`, their number to *count (capacity 0 asks the number
+ * only). A device that has allocated nothing has none. */
+int memlake_live_blocks(int device, memlake_pool_block* out, size_t capacity, size_t* count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,8 @@
  * errors are C++ exceptions (memlake::error, a std::runtime_error): PyTorch
  * calls them from C++ and turns an exception into a Python RuntimeError
  * carrying memlake's message, where a NULL pointer would crash later.
- * memlake_torch_free never throws (PyTorch frees from destructors): it
- * reports an error on stderr. Not for C callers. */
+ * memlake_torch_free and memlake_torch_free_block never throw (PyTorch
+ * frees from destructors): they report an error on stderr. Not for C callers. */
 #ifndef MEMLAKE_TORCH_HOOKS_H_
 #define MEMLAKE_TORCH_HOOKS_H_
 
@@ -17,6 +17,10 @@ extern "C" {
 
 void* memlake_torch_malloc(size_t size, int device, void* stream);
 void memlake_torch_free(void* ptr, size_t size, int device, void* stream);
+/* PyTorch's deleter, which has the pointer alone: frees the live block at
+ * ptr, of whichever device holds it, on the stream it was allocated on.
+ * Never throws: it reports an error on stderr. */
+void memlake_torch_free_block(void* ptr);
 /* The device is the one whose allocator holds ptr. */
 void memlake_torch_record_stream(void* ptr, void* stream);
 /* Every device's allocator. */

@@ -15,6 +15,12 @@
 // builds the file again with MEMLAKE_TORCH_NO_HISTORY, and those calls stay
 // refused as under the plain pluggable allocator.
 //
+// Tensors' memory (allocate, raw_alloc, and the deleter of what they hand
+// out) goes to memlake and back with no record kept here: memlake knows
+// each block's size, device and stream by its address, so a free needs the
+// pointer alone. The pluggable allocator keeps a map of its own under a
+// mutex, and reaches memlake through std::function hooks, on every call.
+//
 // memlake/_torch_build.py compiles this file against the installed torch on
 // first use. It is built against torch's headers and libraries alone: every
 // memlake function arrives as an address in MemlakeFunctions, taken from the
@@ -25,6 +31,8 @@
 
 #include <c10/core/Device.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -101,6 +109,9 @@ struct MemlakeFunctions {
   int (*get_stat_values)(int device, StatValue* out, int count);
   void (*reset_peak_stats)(int device);
   int (*largest_available)(int device, size_t* out);
+  void (*torch_free_block)(void* ptr);
+  int (*block_info)(const void* ptr, PoolBlock* out, int* device);
+  int (*live_blocks)(int device, PoolBlock* out, size_t capacity, size_t* count);
 };
 
 namespace {
@@ -376,20 +387,12 @@ class MemlakeAllocator : public AllocatorBase {
  public:
   explicit MemlakeAllocator(const MemlakeFunctions& f)
       : AllocatorBase(
+            // The base's hooks, for its malloc: this allocator's calls go
+            // around it.
             [this](size_t size, int device, cudaStream_t stream) {
-              void* ptr = nullptr;
-              try {
-                ptr = f_.torch_malloc(size, device, stream);
-              } catch (...) {
-                out_of_memory(size, device, stream);
-                throw;
-              }
-              allocated(ptr, size, device, stream);
-              return ptr;
+              return malloc_block(size, device, stream);
             },
-            [this](void* ptr, size_t size, int device, cudaStream_t stream) {
-              free_block(ptr, size, device, stream);
-            }),
+            [this](void* ptr, size_t, int, cudaStream_t) { free_block(ptr); }),
         f_(f),
         stat_count_(f.stat_count()) {
     for (int s = 0; s < kStatCount; ++s) {
@@ -401,6 +404,37 @@ class MemlakeAllocator : public AllocatorBase {
       TORCH_CHECK(stat_index_[s] >= 0, "memlake: the loaded libmemlake.so has no statistic \"",
                   kStatNames[s], "\" (a build older than this allocator)");
     }
+  }
+
+  // A tensor's memory: memlake's block on the current device and stream.
+  // Size 0 is no block, as under PyTorch's caching allocator.
+  c10::DataPtr allocate(size_t size) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    void* ptr = size == 0
+                    ? nullptr
+                    : malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+    return {ptr, ptr, &free_installed, c10::Device(c10::DeviceType::CUDA, device)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &free_installed; }
+
+  void* raw_alloc(size_t size) override {
+    const c10::DeviceIndex device = c10::cuda::current_device();
+    return size == 0 ? nullptr
+                     : malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  }
+
+  void* raw_alloc_with_stream(size_t size, cudaStream_t stream) override {
+    return size == 0 ? nullptr : malloc_block(size, c10::cuda::current_device(), stream);
+  }
+
+  // Every block this allocator handed out, a checkpoint's included.
+  void raw_delete(void* ptr) override { free_block(ptr); }
+
+  // The allocator whose blocks free_installed frees: the one installed last
+  // (each stays alive for the process, as PyTorch keeps its allocator).
+  static void set_installed(MemlakeAllocator* allocator) {
+    installed_.store(allocator, std::memory_order_release);
   }
 
   // torch.cuda.memory_stats() and what reads it (memory_allocated,
@@ -460,8 +494,7 @@ class MemlakeAllocator : public AllocatorBase {
   // tells PyTorch what changed: the pointers freed, and a DataPtr with this
   // allocator's deleter for each block allocated again, which PyTorch hands
   // to the storages that live on (the others it releases, and graph trees
-  // free their blocks later through raw_delete). Both go through
-  // the books raw_delete frees by.
+  // free their blocks later through raw_delete).
   cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
                                               std::shared_ptr<cca::AllocatorState> pps) override {
     auto checkpoint = std::dynamic_pointer_cast<PoolCheckpoint>(pps);
@@ -471,71 +504,34 @@ class MemlakeAllocator : public AllocatorBase {
     TORCH_CHECK(checkpoint->device == device, "memlake: setCheckpointPoolState for device ",
                 static_cast<int>(device), " was given a checkpoint of device ",
                 static_cast<int>(checkpoint->device));
+    // The blocks the restore frees, as the history records them.
+    const std::vector<PoolBlock> before =
+        recording() ? live_blocks(device, checkpoint->pool) : std::vector<PoolBlock>{};
     const PoolId pool = pool_id_of(checkpoint->pool);
-    cca::CheckpointDelta delta;
-    std::vector<PoolBlock> freed_blocks;  // for the history, after the lock
-    {
-      // Under the lock from the restore on: a pointer it frees may be handed
-      // out again by another thread's malloc, whose record must not be the
-      // one erased here.
-      const std::lock_guard<std::mutex> lock(allocator_mutex_);
-      size_t live = 0;
-      if (f_.pool_blocks(device, pool, nullptr, 0, &live) != 0) {
-        fail("memlake_pool_blocks");
-      }
-      std::vector<void*> freed(live);
-      size_t freed_count = 0;
-      if (f_.restore_pool(device, pool, checkpoint->blocks.data(), checkpoint->blocks.size(),
-                          freed.data(), freed.size(), &freed_count) != 0) {
-        fail("memlake_restore_pool");
-      }
-      freed.resize(freed_count);
-      for (void* ptr : freed) {
-        if (auto m = allocation_metadata_.find(ptr); m != allocation_metadata_.end()) {
-          freed_blocks.push_back(PoolBlock{ptr, m->second.size, m->second.stream});
-          allocation_metadata_.erase(m);
-        } else if (auto r = restored_.find(ptr); r != restored_.end()) {
-          freed_blocks.push_back(PoolBlock{ptr, r->second.size, r->second.stream});
-          restored_.erase(r);
-        }
-        delta.ptrs_freed.push_back(ptr);
-      }
-      for (const PoolBlock& b : checkpoint->blocks) {
-        restored_[b.ptr] = Restored{b.size, device, static_cast<cudaStream_t>(b.stream)};
-        delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, raw_deleter(),
-                                           c10::Device(c10::DeviceType::CUDA, device));
-      }
+    size_t live = 0;
+    if (f_.pool_blocks(device, pool, nullptr, 0, &live) != 0) fail("memlake_pool_blocks");
+    std::vector<void*> gone(live);
+    size_t gone_count = 0;
+    if (f_.restore_pool(device, pool, checkpoint->blocks.data(), checkpoint->blocks.size(),
+                        gone.data(), gone.size(), &gone_count) != 0) {
+      fail("memlake_restore_pool");
     }
-    // The history's recorder takes Python's lock: outside the allocator's.
+    gone.resize(gone_count);
+    cca::CheckpointDelta delta;
+    delta.ptrs_freed = gone;
+    for (const PoolBlock& b : checkpoint->blocks) {
+      delta.dataptrs_allocd.emplace_back(b.ptr, b.ptr, &free_installed,
+                                         c10::Device(c10::DeviceType::CUDA, device));
+    }
     // The restore's frees came first, then its allocations.
-    for (const PoolBlock& b : freed_blocks) {
-      freed(b.ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
+    for (const PoolBlock& b : before) {
+      if (std::find(gone.begin(), gone.end(), b.ptr) != gone.end())
+        freed(b.ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
     }
     for (const PoolBlock& b : checkpoint->blocks) {
       allocated(b.ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
     }
     return delta;
-  }
-
-  // Blocks a checkpoint put back are freed here; the others by the base,
-  // which knows the blocks its malloc made.
-  void raw_delete(void* ptr) override {
-    Restored r;
-    {
-      const std::lock_guard<std::mutex> lock(allocator_mutex_);
-      auto it = restored_.find(ptr);
-      if (it == restored_.end()) {
-        r.device = -1;
-      } else {
-        r = it->second;
-        restored_.erase(it);
-      }
-    }
-    if (r.device < 0) {
-      PluggableAllocator::raw_delete(ptr);
-      return;
-    }
-    free_block(ptr, r.size, r.device, r.stream);
   }
 
   // Whether the pool's live blocks are exactly `expected`.
@@ -568,12 +564,8 @@ class MemlakeAllocator : public AllocatorBase {
                      std::vector<std::vector<TraceEntry>>* device_traces) override {
     const bool of_pool = pool != c10::cuda::MempoolId_t{0, 0};
     std::vector<std::pair<c10::DeviceIndex, PoolBlock>> blocks;
-    {
-      const std::lock_guard<std::mutex> lock(allocator_mutex_);
-      for (const auto& [ptr, m] : allocation_metadata_)
-        blocks.push_back({m.device_idx, PoolBlock { ptr, m.size, m.stream }});
-      for (const auto& [ptr, r] : restored_)
-        blocks.push_back({r.device, PoolBlock { ptr, r.size, r.stream }});
+    for (c10::DeviceIndex device = 0; device < c10::cuda::device_count(); ++device) {
+      for (const PoolBlock& b : all_live_blocks(device)) blocks.push_back({device, b});
     }
     if (of_pool) {
       // memlake knows which blocks are the pool's, on the devices in use.
@@ -651,17 +643,54 @@ class MemlakeAllocator : public AllocatorBase {
   void freed(void* ptr, size_t size, int device, cudaStream_t stream) noexcept {
     record([&] { history_.freed(ptr, size, static_cast<c10::DeviceIndex>(device), stream); });
   }
+
+  // The free of memlake's block at `ptr`, its size and stream asked of
+  // memlake (the free has the pointer alone).
+  void freeing(void* ptr) noexcept {
+    if (!history_.enabled()) return;
+    PoolBlock b{};
+    int device = -1;
+    if (f_.block_info(ptr, &b, &device) == 0)
+      freed(ptr, b.size, device, static_cast<cudaStream_t>(b.stream));
+  }
+
+  bool recording() const {
+    return history_.enabled();
+  }
 #else
   void allocated(void*, size_t, int, cudaStream_t) noexcept {}
   void out_of_memory(size_t, int, cudaStream_t) noexcept {}
   void freed(void*, size_t, int, cudaStream_t) noexcept {}
+  void freeing(void*) noexcept {}
+  bool recording() const {
+    return false;
+  }
 #endif
 
+  void* malloc_block(size_t size, int device, cudaStream_t stream) {
+    void* ptr = nullptr;
+    try {
+      ptr = f_.torch_malloc(size, device, stream);
+    } catch (...) {
+      out_of_memory(size, device, stream);
+      throw;
+    }
+    allocated(ptr, size, device, stream);
+    return ptr;
+  }
+
   // The history sees the free before memlake does: once memlake has the
-  // block back, another thread may be handed the same address.
-  void free_block(void* ptr, size_t size, int device, cudaStream_t stream) {
-    freed(ptr, size, device, stream);
-    f_.torch_free(ptr, size, device, stream);
+  // block back, another thread may be handed the same address. Never
+  // throws: PyTorch frees from destructors.
+  void free_block(void* ptr) noexcept {
+    if (ptr == nullptr) return;
+    freeing(ptr);
+    f_.torch_free_block(ptr);
+  }
+
+  // A DataPtr's deleter: its context is the block's address.
+  static void free_installed(void* ptr) {
+    installed_.load(std::memory_order_acquire)->free_block(ptr);
   }
 
   // The pool's live blocks; asked again if the pool grew between the count
@@ -675,6 +704,22 @@ class MemlakeAllocator : public AllocatorBase {
       blocks.resize(count);
       if (f_.pool_blocks(device, pool, blocks.data(), blocks.size(), &count) != 0) {
         fail("memlake_pool_blocks");
+      }
+      if (count <= blocks.size()) break;
+    }
+    blocks.resize(count);
+    return blocks;
+  }
+
+  // Every live block of the device, as live_blocks asks.
+  std::vector<PoolBlock> all_live_blocks(c10::DeviceIndex device) {
+    std::vector<PoolBlock> blocks;
+    size_t count = 0;
+    if (f_.live_blocks(device, nullptr, 0, &count) != 0) fail("memlake_live_blocks");
+    for (;;) {
+      blocks.resize(count);
+      if (f_.live_blocks(device, blocks.data(), blocks.size(), &count) != 0) {
+        fail("memlake_live_blocks");
       }
       if (count <= blocks.size()) break;
     }
@@ -699,22 +744,12 @@ class MemlakeAllocator : public AllocatorBase {
     TORCH_CHECK(false, "memlake: ", call, " failed: ", why != nullptr ? why : "(no message)");
   }
 
-  // The blocks setCheckpointPoolState allocated, which the base's
-  // allocation_metadata_ cannot hold: _AllocationMetadata's constructors are
-  // not exported from libtorch_cuda.
-  struct Restored {
-    size_t size = 0;
-    c10::DeviceIndex device = -1;
-    cudaStream_t stream = nullptr;
-  };
-
   // Each counter's value at the device's last resetAccumulatedStats.
   using Baseline = std::array<int64_t, kStatCount>;
 
   MemlakeFunctions f_;
   int stat_count_;
   int stat_index_[kStatCount];
-  std::unordered_map<void*, Restored> restored_;  // under allocator_mutex_
   std::mutex stats_mutex_;
   std::unordered_map<c10::DeviceIndex, Baseline> baselines_;  // under stats_mutex_
 #ifndef MEMLAKE_TORCH_NO_HISTORY
@@ -723,6 +758,7 @@ class MemlakeAllocator : public AllocatorBase {
   static constexpr size_t kSmallSize = size_t{1} << 20;
   History history_;
 #endif
+  static inline std::atomic<MemlakeAllocator*> installed_{nullptr};
 };
 
 void copy_message(const char* message, char* error, size_t error_len) {
@@ -742,7 +778,10 @@ __attribute__((visibility("default"))) int memlake_torch_install_graph_tree_allo
     const MemlakeFunctions* f, char* error, size_t error_len) {
   try {
     TORCH_CHECK(f != nullptr, "memlake: no functions given");
-    auto allocator = std::make_shared<MemlakeAllocator>(*f);
+    // Once installed, never destroyed: DataPtrs free through it until the
+    // process ends, some from other libraries' static destructors.
+    auto owned = std::make_unique<MemlakeAllocator>(*f);
+    std::shared_ptr<MemlakeAllocator> allocator(owned.get(), [](MemlakeAllocator*) {});
     // No init hook is set: init() only marks the allocator initialized, as
     // createCustomAllocator does for the pluggable one.
     allocator->init(0);
@@ -754,6 +793,7 @@ __attribute__((visibility("default"))) int memlake_torch_install_graph_tree_allo
     allocator->set_end_allocate_to_pool_fn(f->torch_end_allocate_to_pool);
     allocator->set_release_pool(f->torch_release_pool);
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    MemlakeAllocator::set_installed(owned.release());
     return 0;
   } catch (const c10::Error& e) {
     copy_message(e.what_without_backtrace(), error, error_len);

@@ -35,7 +35,8 @@ FUNCTIONS = (
     "torch_malloc", "torch_free", "torch_record_stream", "torch_empty_cache",
     "torch_set_memory_fraction", "torch_begin_allocate_to_pool", "torch_end_allocate_to_pool",
     "torch_release_pool", "pool_blocks", "restore_pool", "last_error", "stat_count", "stat_name",
-    "get_stat_values", "reset_peak_stats", "largest_available",
+    "get_stat_values", "reset_peak_stats", "largest_available", "torch_free_block", "block_info",
+    "live_blocks",
 )
 
 LIBRARIES = ("c10", "c10_cuda", "torch_cpu", "torch_cuda", "torch")

@@ -35,7 +35,16 @@ void* Allocator::allocate(std::size_t bytes, Stream stream) {
   return impl_->allocate(bytes, stream);
 }
 void Allocator::deallocate(void* ptr, std::size_t bytes, Stream stream) {
-  impl_->deallocate(ptr, bytes, stream);
+  impl_->deallocate(ptr, bytes, &stream);
+}
+void Allocator::deallocate_on_own_stream(void* ptr) {
+  impl_->deallocate(ptr, 0, nullptr);
+}
+std::optional<BlockInfo> Allocator::block_info(const void* ptr) const {
+  return impl_->block_info(ptr);
+}
+std::vector<BlockInfo> Allocator::live_blocks() const {
+  return impl_->live_blocks();
 }
 void Allocator::record_stream(void* ptr, Stream stream) {
   impl_->record_stream(ptr, stream);

@@ -172,7 +172,7 @@ void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested,
   return p;
 }
 
-void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
+void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, const Stream* on) {
   if (ptr == nullptr) return;
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
@@ -180,9 +180,10 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
   if (MEMLAKE_UNLIKELY(it == live_.end())) {
-    if (graphs_.deallocate(key, bytes, stream)) return;
+    if (graphs_.deallocate(key, bytes, on)) return;
     misuse(bad_pointer(key));
   }
+  const Stream stream = on != nullptr ? *on : it->second.stream;
   if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "size mismatch freeing %p: %zu bytes given, the block has %zu",
@@ -234,6 +235,26 @@ void AllocatorImpl::empty_cache() {
   lake_.fences_completed(order_.completed());
   lake_.reclaim();
   graphs_.release_pending();
+}
+
+std::optional<BlockInfo> AllocatorImpl::block_info(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  auto it = live_.find(key);
+  if (it != live_.end())
+    return BlockInfo{const_cast<void*>(ptr), it->second.requested, it->second.stream};
+  return graphs_.block_info(key);
+}
+
+std::vector<BlockInfo> AllocatorImpl::live_blocks() const {
+  std::lock_guard lock(mutex_);
+  std::vector<BlockInfo> out = graphs_.all_live_blocks();
+  out.reserve(out.size() + live_.size());
+  for (const auto& [ptr, b] : live_)
+    out.push_back(BlockInfo{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+  std::sort(out.begin(), out.end(),
+            [](const BlockInfo& x, const BlockInfo& y) { return x.ptr < y.ptr; });
+  return out;
 }
 
 bool AllocatorImpl::owns(const void* ptr) const {

@@ -51,7 +51,9 @@ class AllocatorImpl {
   void* allocate(std::size_t bytes, Stream stream);
   // The body of allocate, under the lock.
   void* allocate_locked(std::size_t bytes, Stream stream);
-  void deallocate(void* ptr, std::size_t bytes, Stream stream);
+  // On *stream, or where stream is null on the stream the block was
+  // allocated on.
+  void deallocate(void* ptr, std::size_t bytes, const Stream* stream);
   void record_stream(void* ptr, Stream stream);
   void empty_cache();
   void process_pending_frees();
@@ -66,6 +68,8 @@ class AllocatorImpl {
   // Not const: the lake catches its segment entries up first.
   std::size_t largest_available();
   std::size_t allocation_size(const void* ptr) const;
+  std::optional<BlockInfo> block_info(const void* ptr) const;
+  std::vector<BlockInfo> live_blocks() const;
   bool owns(const void* ptr) const;
   SharedBlock share(const void* ptr);
   void add_observer(Observer* o);

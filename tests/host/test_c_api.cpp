@@ -9,11 +9,13 @@
 // test: a child process of its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "host/scoped_conf.hpp"
 #include "memlake/memlake.h"
@@ -220,6 +222,59 @@ TEST_F(CApi, BadDevice) {
   memlake_reset_peak_stats(64);
   EXPECT_EQ(last_error(),
             "memlake_reset_peak_stats: bad device 64 (devices 0 to 63 are supported)");
+}
+
+// Every live block of a device, in address order, and each one by its
+// address alone: its requested size, stream and device.
+TEST_F(CApi, LiveBlocksAreListedAndFoundByTheirAddress) {
+  constexpr std::size_t kSizes[] = {1000, 3 << 20, 64 << 10};
+  void* blocks[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    blocks[i] = memlake_malloc(kSizes[i], 1, nullptr);
+    ASSERT_NE(blocks[i], nullptr) << last_error();
+  }
+  std::size_t count = 0;
+  ASSERT_EQ(memlake_live_blocks(1, nullptr, 0, &count), 0) << last_error();
+  ASSERT_GE(count, 3u);
+  std::vector<memlake_pool_block> listed(count);
+  ASSERT_EQ(memlake_live_blocks(1, listed.data(), listed.size(), &count), 0) << last_error();
+  ASSERT_EQ(count, listed.size());
+  for (std::size_t i = 1; i < listed.size(); ++i) EXPECT_LT(listed[i - 1].ptr, listed[i].ptr);
+  for (int i = 0; i < 3; ++i) {
+    const auto at = std::find_if(listed.begin(), listed.end(),
+                                 [&](const memlake_pool_block& b) { return b.ptr == blocks[i]; });
+    ASSERT_NE(at, listed.end()) << "block " << i << " is not listed";
+    EXPECT_EQ(at->size, kSizes[i]);
+    memlake_pool_block found{};
+    int device = -1;
+    ASSERT_EQ(memlake_block_info(blocks[i], &found, &device), 0) << last_error();
+    EXPECT_EQ(found.ptr, blocks[i]);
+    EXPECT_EQ(found.size, kSizes[i]);
+    EXPECT_EQ(found.stream, nullptr);
+    EXPECT_EQ(device, 1);
+  }
+  // Room for one: one listed, the number of all given.
+  memlake_pool_block first{};
+  ASSERT_EQ(memlake_live_blocks(1, &first, 1, &count), 0) << last_error();
+  EXPECT_EQ(count, listed.size());
+  EXPECT_EQ(first.ptr, listed[0].ptr);
+
+  memlake_free(blocks[1], kSizes[1], 1, nullptr);
+  memlake_pool_block gone{};
+  EXPECT_EQ(memlake_block_info(blocks[1], &gone, nullptr), -1);
+  EXPECT_NE(last_error().find("no device holds a live block"), std::string::npos) << last_error();
+  ASSERT_EQ(memlake_live_blocks(1, nullptr, 0, &count), 0) << last_error();
+  EXPECT_EQ(count, listed.size() - 1);
+  // A device that has allocated nothing has no blocks; bad arguments fail.
+  ASSERT_EQ(memlake_live_blocks(37, nullptr, 0, &count), 0) << last_error();
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(memlake_live_blocks(1, nullptr, 0, nullptr), -1);
+  EXPECT_NE(last_error().find("null output pointer"), std::string::npos) << last_error();
+  EXPECT_EQ(memlake_live_blocks(64, nullptr, 0, &count), -1);
+  EXPECT_EQ(memlake_block_info(blocks[0], nullptr, nullptr), -1);
+  memlake_free(blocks[0], kSizes[0], 1, nullptr);
+  memlake_free(blocks[2], kSizes[2], 1, nullptr);
+  EXPECT_EQ(last_error(), "");
 }
 
 TEST_F(CApi, RecordStream) {

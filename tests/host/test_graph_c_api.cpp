@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "host/scoped_conf.hpp"
 #include "memlake/errors.hpp"
@@ -141,6 +142,24 @@ TEST_F(GraphCApi, APoolIsListedAndPutBackToTheList) {
   ASSERT_EQ(memlake_pool_blocks(kDevice, pool, checkpoint, 2, &count), 0) << error();
   EXPECT_EQ(checkpoint[0].ptr, std::min(a, b));
   EXPECT_EQ(checkpoint[a < b ? 0 : 1].size, 3 * MiB);
+  // The device's live blocks hold the pool's, each found by its address.
+  memlake_pool_block found{};
+  int device = -1;
+  ASSERT_EQ(memlake_block_info(b, &found, &device), 0) << error();
+  EXPECT_EQ(found.size, 64 * 1024u);
+  EXPECT_EQ(device, kDevice);
+  std::size_t all = 0;
+  ASSERT_EQ(memlake_live_blocks(kDevice, nullptr, 0, &all), 0) << error();
+  std::vector<memlake_pool_block> live(all);
+  ASSERT_EQ(memlake_live_blocks(kDevice, live.data(), live.size(), &all), 0) << error();
+  for (const memlake_pool_block& block : checkpoint) {
+    EXPECT_EQ(std::count_if(live.begin(), live.end(),
+                            [&](const memlake_pool_block& l) {
+                              return l.ptr == block.ptr && l.size == block.size;
+                            }),
+              1)
+        << block.ptr;
+  }
   memlake_free(b, 64 * 1024, kDevice, nullptr);
   void* c = memlake_malloc(5 * MiB, kDevice, nullptr);
   ASSERT_NE(c, nullptr) << error();

@@ -20,6 +20,7 @@
 // The allocator's own file, as memlake.torch.enable() compiles it.
 #include "python/memlake/_torch_allocator.cpp"
 
+#include "c_api_table.hpp"
 #include "host/scoped_conf.hpp"
 #include "memlake/memlake.h"
 #include "memlake/torch_hooks.h"
@@ -36,6 +37,7 @@ class TorchAllocator : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     const memlake::test::ScopedConf conf("backend:host,capacity:256M,max_chunk:2M,worker:off");
+    c10::cuda::set_device(kDevice);  // where PyTorch's calls allocate
     const MemlakeFunctions f = memlake_functions();
     char error[256] = "";
     ASSERT_EQ(memlake_torch_install_graph_tree_allocator(&f, error, sizeof error), 0) << error;
@@ -62,8 +64,8 @@ class TorchAllocator : public testing::Test {
 TEST_F(TorchAllocator, DeviceStatsAreMemlakesUnderPyTorchsNames) {
   MemlakeAllocator& a = allocator();
   const memlake_stats before = stats();
-  void* small = a.malloc(1000, kDevice, nullptr);
-  void* large = a.malloc(3 * MiB, kDevice, nullptr);
+  void* small = a.raw_alloc_with_stream(1000, nullptr);
+  void* large = a.raw_alloc_with_stream(3 * MiB, nullptr);
   ASSERT_NE(small, nullptr);
   ASSERT_NE(large, nullptr);
 
@@ -87,7 +89,7 @@ TEST_F(TorchAllocator, DeviceStatsAreMemlakesUnderPyTorchsNames) {
   a.resetAccumulatedStats(kDevice);
   EXPECT_EQ(a.getDeviceStats(kDevice).allocation[0].allocated, 0);
   a.raw_delete(large);
-  void* again = a.malloc(4096, kDevice, nullptr);
+  void* again = a.raw_alloc_with_stream(4096, nullptr);
   d = a.getDeviceStats(kDevice);
   EXPECT_EQ(d.allocation[0].allocated, 1);
   EXPECT_EQ(d.allocation[0].freed, 1);
@@ -96,7 +98,8 @@ TEST_F(TorchAllocator, DeviceStatsAreMemlakesUnderPyTorchsNames) {
   d = a.getDeviceStats(kDevice);
   EXPECT_EQ(d.allocated_bytes[0].peak, d.allocated_bytes[0].current);
 
-  EXPECT_THROW(a.malloc(std::size_t{1} << 40, kDevice, nullptr), std::exception) << "a terabyte";
+  EXPECT_THROW(a.raw_alloc_with_stream(std::size_t{1} << 40, nullptr), std::exception)
+      << "a terabyte";
   EXPECT_EQ(a.getDeviceStats(kDevice).num_ooms, 1);
   a.raw_delete(small);
   a.raw_delete(again);
@@ -111,12 +114,65 @@ TEST_F(TorchAllocator, CacheInfoIsTheLargestBlockMemlakeServesNow) {
   EXPECT_EQ(largest, expected);
   EXPECT_GT(largest, 0u);
   // cuDNN takes a workspace of that size: it is served, and fills the rest.
-  void* workspace = a.malloc(largest, kDevice, nullptr);
+  void* workspace = a.raw_alloc_with_stream(largest, nullptr);
   ASSERT_NE(workspace, nullptr) << memlake_last_error();
   std::memset(workspace, 0x5a, largest);
   a.cacheInfo(kDevice, &largest);
   EXPECT_EQ(largest, 0u);
   a.raw_delete(workspace);
+}
+
+// A tensor's memory comes from memlake on the current device and stream,
+// and its DataPtr gives it back with the pointer alone: memlake knows the
+// block's size, device and stream.
+TEST_F(TorchAllocator, ATensorsBlockGoesBackWithItsPointerAlone) {
+  MemlakeAllocator& a = allocator();
+  memlake::Allocator* device = memlake::c_api::existing(kDevice);
+  ASSERT_NE(device, nullptr);
+  auto* side = static_cast<cudaStream_t>(device->create_stream());
+  c10::cuda::setCurrentCUDAStream(c10::cuda::CUDAStream(side));
+  const int64_t live_before = stats().live_blocks.current;
+  {
+    c10::DataPtr data = a.allocate(3 * MiB + 100);
+    ASSERT_NE(data.get(), nullptr);
+    EXPECT_EQ(data.get_context(), data.get());
+    EXPECT_EQ(data.get_deleter(), a.raw_deleter());
+    EXPECT_EQ(data.device().index, kDevice);
+    auto* bytes = static_cast<std::uint8_t*>(data.get());
+    std::memset(bytes, 0x3c, 3 * MiB + 100);
+    for (std::size_t i = 0; i < 3 * MiB + 100; i += 4099) ASSERT_EQ(bytes[i], 0x3c) << i;
+    memlake_pool_block block{};
+    int held_by = -1;
+    ASSERT_EQ(memlake_block_info(data.get(), &block, &held_by), 0) << memlake_last_error();
+    EXPECT_EQ(block.size, 3 * MiB + 100);
+    EXPECT_EQ(block.stream, side) << "allocated on the current stream";
+    EXPECT_EQ(held_by, kDevice);
+    EXPECT_EQ(stats().live_blocks.current, live_before + 1);
+
+    void* raw = a.raw_alloc(1000);
+    ASSERT_EQ(memlake_block_info(raw, &block, nullptr), 0) << memlake_last_error();
+    EXPECT_EQ(block.stream, side);
+    a.raw_delete(raw);
+    EXPECT_EQ(stats().live_blocks.current, live_before + 1);
+  }
+  EXPECT_EQ(stats().live_blocks.current, live_before) << "the DataPtr freed its block";
+  // Size 0 is no block, as under PyTorch's caching allocator.
+  {
+    c10::DataPtr none = a.allocate(0);
+    EXPECT_EQ(none.get(), nullptr);
+  }
+  EXPECT_EQ(a.raw_alloc(0), nullptr);
+  EXPECT_EQ(a.raw_alloc_with_stream(0, side), nullptr);
+  EXPECT_EQ(stats().live_blocks.current, live_before);
+
+  // A pointer memlake never handed out: reported, never thrown.
+  int local = 0;
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(a.raw_delete(&local));
+  EXPECT_NE(testing::internal::GetCapturedStderr(), "");
+  EXPECT_STRNE(memlake_last_error(), "");
+  c10::cuda::setCurrentCUDAStream(c10::cuda::CUDAStream(nullptr));
+  device->destroy_stream(side);
 }
 
 // Graph trees' sequence: a checkpoint of the pool, a branch that frees and
@@ -131,8 +187,8 @@ TEST_F(TorchAllocator, APoolPutBackHoldsTheCheckpointsBlocksWithTheirBytes) {
   memlake_torch_empty_cache();
   const int64_t live_before = stats().live_blocks.current;
   a.beginAllocateToPool(kDevice, pool, [](cudaStream_t) { return true; });
-  auto* kept = static_cast<std::uint8_t*>(a.malloc(3 * MiB, kDevice, nullptr));
-  auto* dropped = static_cast<std::uint8_t*>(a.malloc(MiB, kDevice, nullptr));
+  auto* kept = static_cast<std::uint8_t*>(a.raw_alloc_with_stream(3 * MiB, nullptr));
+  auto* dropped = static_cast<std::uint8_t*>(a.raw_alloc_with_stream(MiB, nullptr));
   std::memset(kept, 0x11, 3 * MiB);
   std::memset(dropped, 0x22, MiB);
   auto checkpoint = a.getCheckpointState(kDevice, pool);
@@ -140,7 +196,7 @@ TEST_F(TorchAllocator, APoolPutBackHoldsTheCheckpointsBlocksWithTheirBytes) {
 
   // The branch: `dropped` goes, a new block takes memory of the pool.
   a.raw_delete(dropped);
-  auto* branch = static_cast<std::uint8_t*>(a.malloc(2 * MiB, kDevice, nullptr));
+  auto* branch = static_cast<std::uint8_t*>(a.raw_alloc_with_stream(2 * MiB, nullptr));
   std::memset(branch, 0x33, 2 * MiB);
   EXPECT_TRUE(a.checkPoolLiveAllocations(kDevice, pool, {kept, branch}));
   EXPECT_FALSE(a.checkPoolLiveAllocations(kDevice, pool, {kept}));
@@ -228,14 +284,14 @@ class TorchHistory : public TorchAllocator {
 
 TEST_F(TorchHistory, AllocationsAndFreesAreTracedWithTheirStacks) {
   MemlakeAllocator& a = allocator();
-  void* before = a.malloc(4096, kDevice, nullptr);  // allocated before recording
+  void* before = a.raw_alloc_with_stream(4096, nullptr);  // allocated before recording
   EXPECT_FALSE(api().isHistoryEnabled());
   record(100, cca::RecordContext::ALL);
   EXPECT_TRUE(api().isHistoryEnabled());
   cudaStream_t stream = nullptr;  // the host backend's default stream
   const int first_stack = g_stacks + 1;
-  void* p = a.malloc(3 * MiB + 100, kDevice, stream);
-  void* q = a.malloc(1000, kDevice, stream);
+  void* p = a.raw_alloc_with_stream(3 * MiB + 100, stream);
+  void* q = a.raw_alloc_with_stream(1000, stream);
   std::memset(p, 0x6b, 3 * MiB + 100);
   a.raw_delete(q);
 
@@ -301,8 +357,8 @@ TEST_F(TorchHistory, AllocationsAndFreesAreTracedWithTheirStacks) {
 TEST_F(TorchHistory, StacksAreKeptAsRecordContextSays) {
   MemlakeAllocator& a = allocator();
   record(100, cca::RecordContext::STATE);
-  void* p = a.malloc(MiB, kDevice, nullptr);
-  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  void* p = a.raw_alloc_with_stream(MiB, nullptr);
+  a.raw_delete(a.raw_alloc_with_stream(MiB, nullptr));
   cca::SnapshotInfo s = api().snapshot();
   for (const Entry& e : trace_of(s))
     EXPECT_EQ(e.context_, nullptr) << "STATE: no stack in the trace";
@@ -312,14 +368,14 @@ TEST_F(TorchHistory, StacksAreKeptAsRecordContextSays) {
   a.raw_delete(p);
 
   record(100, cca::RecordContext::ALLOC, /*clear=*/true);
-  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  a.raw_delete(a.raw_alloc_with_stream(MiB, nullptr));
   s = api().snapshot();
   ASSERT_EQ(trace_of(s).size(), 3u) << "the history was cleared";
   EXPECT_NE(trace_of(s)[0].context_, nullptr) << "ALLOC: the allocation's stack";
   EXPECT_EQ(trace_of(s)[2].context_, nullptr) << "ALLOC: not the free's";
 
   record(100, cca::RecordContext::NEVER, /*clear=*/true);
-  a.raw_delete(a.malloc(MiB, kDevice, nullptr));
+  a.raw_delete(a.raw_alloc_with_stream(MiB, nullptr));
   for (const Entry& e : trace_of(api().snapshot())) EXPECT_EQ(e.context_, nullptr);
 }
 
@@ -327,7 +383,7 @@ TEST_F(TorchHistory, TheTraceKeepsTheLastEntriesAndSkipsWhatItIsTold) {
   MemlakeAllocator& a = allocator();
   record(5, cca::RecordContext::NEVER, /*clear=*/true);
   std::vector<void*> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(a.malloc(4096 * (i + 1), kDevice, nullptr));
+  for (int i = 0; i < 4; ++i) blocks.push_back(a.raw_alloc_with_stream(4096 * (i + 1), nullptr));
   std::vector<Entry> trace = trace_of(api().snapshot());
   ASSERT_EQ(trace.size(), 4u);
   a.raw_delete(blocks[0]);
@@ -339,7 +395,7 @@ TEST_F(TorchHistory, TheTraceKeepsTheLastEntriesAndSkipsWhatItIsTold) {
 
   record(100, cca::RecordContext::NEVER, /*clear=*/true, {"free_requested", "free_completed"});
   a.raw_delete(blocks[1]);
-  void* p = a.malloc(8192, kDevice, nullptr);
+  void* p = a.raw_alloc_with_stream(8192, nullptr);
   trace = trace_of(api().snapshot());
   ASSERT_EQ(trace.size(), 1u) << "frees skipped";
   EXPECT_EQ(trace[0].action_, Entry::ALLOC);
@@ -359,9 +415,9 @@ TEST_F(TorchHistory, ASnapshotOfAPoolHoldsThatPoolsBlocks) {
   MemlakeAllocator& a = allocator();
   const TorchPool pool{0, 902};
   record(100, cca::RecordContext::STATE, /*clear=*/true);
-  void* outside = a.malloc(MiB, kDevice, nullptr);
+  void* outside = a.raw_alloc_with_stream(MiB, nullptr);
   a.beginAllocateToPool(kDevice, pool, [](cudaStream_t) { return true; });
-  void* inside = a.malloc(2 * MiB, kDevice, nullptr);
+  void* inside = a.raw_alloc_with_stream(2 * MiB, nullptr);
   a.endAllocateToPool(kDevice, pool);
   cca::SnapshotInfo s = api().snapshot(pool);
   ASSERT_EQ(s.segments.size(), 1u);
@@ -400,8 +456,9 @@ TEST_F(TorchHistory, ARefusedRequestIsAnOomEntryAndTheAllocatorGoesOn) {
   record(100, cca::RecordContext::ALLOC, /*clear=*/true);
   std::size_t available = 0;
   ASSERT_EQ(memlake_largest_available(kDevice, &available), 0);
-  EXPECT_THROW(a.malloc(std::size_t{1} << 40, kDevice, nullptr), std::exception) << "a terabyte";
-  void* p = a.malloc(MiB, kDevice, nullptr);
+  EXPECT_THROW(a.raw_alloc_with_stream(std::size_t{1} << 40, nullptr), std::exception)
+      << "a terabyte";
+  void* p = a.raw_alloc_with_stream(MiB, nullptr);
   const std::vector<Entry> trace = trace_of(api().snapshot());
   ASSERT_EQ(trace.size(), 2u);
   EXPECT_EQ(trace[0].action_, Entry::OOM);
@@ -420,7 +477,7 @@ TEST_F(TorchHistory, ARecorderThatFailsLosesEntriesNotBlocks) {
   MemlakeAllocator& a = allocator();
   api().recordHistory(true, &failing_recorder, 100, cca::RecordContext::ALL, true, {});
   const int64_t live = stats().live_blocks.current;
-  auto* p = static_cast<std::uint8_t*>(a.malloc(MiB, kDevice, nullptr));
+  auto* p = static_cast<std::uint8_t*>(a.raw_alloc_with_stream(MiB, nullptr));
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(stats().live_blocks.current, live + 1);
   std::memset(p, 0x3c, MiB);

@@ -97,6 +97,46 @@ TEST_F(TorchHooks, RecordStreamFindsTheOwningDevice) {
   }
 }
 
+// PyTorch's deleter has the pointer alone: the free reaches the device
+// that holds the block (here one of two), on the stream it was allocated on.
+TEST_F(TorchHooks, FreeBlockFindsTheDeviceAndTheStreamOfTheBlock) {
+  memlake::Allocator* a = memlake::c_api::existing(kFractionDevice);
+  ASSERT_NE(a, nullptr);
+  struct Frees : memlake::Observer {
+    void on_free(const memlake::FreeEvent& e) override {
+      ptr = e.ptr;
+      stream = e.stream;
+    }
+    void* ptr = nullptr;
+    memlake::Stream stream = nullptr;
+  } frees;
+  a->add_observer(&frees);
+  memlake::Stream side = a->create_stream();
+  auto* p = static_cast<unsigned char*>(memlake_torch_malloc(3 << 20, kFractionDevice, side));
+  p[0] = 0x5a;
+  p[(3 << 20) - 1] = 0xa5;
+  EXPECT_EQ(p[0] + p[(3 << 20) - 1], 0x5a + 0xa5);
+  memlake_torch_free_block(p);
+  EXPECT_STREQ(memlake_last_error(), "");
+  EXPECT_EQ(frees.ptr, p);
+  EXPECT_EQ(frees.stream, side) << "freed on another stream than its own";
+  EXPECT_FALSE(a->owns(p));
+  a->remove_observer(&frees);
+  a->destroy_stream(side);
+
+  // Freed twice, or never allocated: reported, never thrown.
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(memlake_torch_free_block(p));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("unknown pointer"), std::string::npos) << err;
+  EXPECT_NE(std::string(memlake_last_error()).find("unknown pointer"), std::string::npos);
+  memlake_torch_free_block(nullptr);
+  EXPECT_STREQ(memlake_last_error(), "");
+  void* q = memlake_torch_malloc(4096, kDevice, nullptr);
+  memlake_torch_free_block(q);
+  EXPECT_STREQ(memlake_last_error(), "") << "the allocator stays usable";
+}
+
 TEST_F(TorchHooks, MemoryFractionAppliesBeforeFirstUseOnly) {
   memlake::Allocator* a = memlake::c_api::existing(kFractionDevice);
   ASSERT_NE(a, nullptr);

@@ -27,7 +27,7 @@ To as_function(From* function) {
 
 // What memlake/_torch_build.py fills from libmemlake.so, each field from
 // its function: the compiler checks each type against the field's, except
-// for the three functions of those structs.
+// for the five functions of those structs.
 inline MemlakeFunctions memlake_functions() {
   MemlakeFunctions f{};
   f.torch_malloc = memlake_torch_malloc;
@@ -46,5 +46,8 @@ inline MemlakeFunctions memlake_functions() {
   f.get_stat_values = as_function<decltype(f.get_stat_values)>(memlake_get_stat_values);
   f.reset_peak_stats = memlake_reset_peak_stats;
   f.largest_available = memlake_largest_available;
+  f.torch_free_block = memlake_torch_free_block;
+  f.block_info = as_function<decltype(f.block_info)>(memlake_block_info);
+  f.live_blocks = as_function<decltype(f.live_blocks)>(memlake_live_blocks);
   return f;
 }

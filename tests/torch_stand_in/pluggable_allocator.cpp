@@ -70,8 +70,23 @@ void* CUDAPluggableAllocator::malloc(size_t size, c10::DeviceIndex device, cudaS
   return ptr;
 }
 
+c10::DataPtr CUDAPluggableAllocator::allocate(size_t size) {
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  void* ptr = malloc(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  return {ptr, ptr, raw_deleter(), c10::Device(c10::DeviceType::CUDA, device)};
+}
+
 c10::DeleterFnPtr CUDAPluggableAllocator::raw_deleter() const {
   return &current_raw_delete;
+}
+
+void* CUDAPluggableAllocator::raw_alloc(size_t nbytes) {
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  return malloc(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+}
+
+void* CUDAPluggableAllocator::raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) {
+  return malloc(nbytes, c10::cuda::current_device(), stream);
 }
 
 void CUDAPluggableAllocator::raw_delete(void* ptr) {

@@ -36,6 +36,8 @@ class DataPtr {
     if (context_ != nullptr && deleter_ != nullptr) deleter_(context_);
   }
   void* get() const { return data_; }
+  void* get_context() const { return context_; }
+  DeleterFnPtr get_deleter() const { return deleter_; }
   Device device() const { return device_; }
 
  private:

@@ -179,7 +179,11 @@ struct CheckpointDelta {
 class CUDAAllocator {
  public:
   virtual ~CUDAAllocator() = default;
+  // c10::Allocator's: a tensor's memory, on the current device and stream.
+  virtual c10::DataPtr allocate(size_t n) = 0;
   virtual c10::DeleterFnPtr raw_deleter() const = 0;
+  virtual void* raw_alloc(size_t nbytes) = 0;
+  virtual void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) = 0;
   virtual void raw_delete(void* ptr) = 0;
   virtual void init(int device_count) = 0;
   virtual void cacheInfo(c10::DeviceIndex device, size_t* largest_block) = 0;

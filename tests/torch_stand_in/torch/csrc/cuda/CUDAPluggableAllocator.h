@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "c10/cuda/CUDACachingAllocator.h"
+#include "c10/cuda/CUDAFunctions.h"
+#include "c10/cuda/CUDAStream.h"
 #include "c10/util/Exception.h"
 
 namespace torch::cuda::CUDAPluggableAllocator {
@@ -43,7 +45,10 @@ class CUDAPluggableAllocator : public CUDAAllocator {
 
   void* malloc(size_t size, c10::DeviceIndex device, cudaStream_t stream);
 
+  c10::DataPtr allocate(size_t size) override;
   c10::DeleterFnPtr raw_deleter() const override;
+  void* raw_alloc(size_t nbytes) override;
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override;
   void raw_delete(void* ptr) override;
   void init(int device_count) override;
   void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override;
