@@ -413,7 +413,7 @@ class MemlakeAllocator : public AllocatorBase {
     void* ptr = size == 0
                     ? nullptr
                     : malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
-    return {ptr, ptr, &free_installed, c10::Device(c10::DeviceType::CUDA, device)};
+    return c10::DataPtr(ptr, ptr, &free_installed, c10::Device(c10::DeviceType::CUDA, device));
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &free_installed; }
