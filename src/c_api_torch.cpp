@@ -62,14 +62,15 @@ void memlake_torch_free_block(void* ptr) {
 void memlake_torch_record_stream(void* ptr, void* stream) {
   reporting([&] {
     check_open();
-    const int device = owner_elsewhere(ptr, -1);
-    if (device < 0) {
+    const int device = device_holding(ptr);
+    Allocator* a = device < 0 ? nullptr : existing(device);
+    if (a == nullptr) {
       char buf[160];
       std::snprintf(buf, sizeof buf,
                     "memlake: record_stream: %p is not a live allocation of any device", ptr);
       throw misuse(buf);
     }
-    existing(device)->record_stream(ptr, stream);
+    a->record_stream(ptr, stream);
   });
 }
 

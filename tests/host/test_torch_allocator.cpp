@@ -149,6 +149,11 @@ TEST_F(TorchAllocator, ATensorsBlockGoesBackWithItsPointerAlone) {
     EXPECT_EQ(held_by, kDevice);
     EXPECT_EQ(stats().live_blocks.current, live_before + 1);
 
+    // record_stream finds the block's device as the free does.
+    EXPECT_NO_THROW(memlake_torch_record_stream(data.get(), nullptr));
+    int unknown = 0;
+    EXPECT_THROW(memlake_torch_record_stream(&unknown, nullptr), std::exception);
+
     void* raw = a.raw_alloc(1000);
     ASSERT_EQ(memlake_block_info(raw, &block, nullptr), 0) << memlake_last_error();
     EXPECT_EQ(block.stream, side);
