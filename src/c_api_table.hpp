@@ -34,6 +34,11 @@ int owner_elsewhere(const void* ptr, int device);
 // process, that allocator's device without looking (a pointer it does not
 // hold is the caller's to report); else a search. -1 if none.
 int device_holding(const void* ptr);
+// Frees the live block at `ptr`, on the stream it was allocated on, in the
+// allocator that holds it: with one allocator in the process that one, else
+// `first_try`'s and then the others'. Throws misuse naming `function` when
+// none holds it.
+void free_where_held(const char* function, void* ptr, int first_try);
 
 // Runs body(); an exception becomes `on_error` and the thread's message.
 template <class R, class F>

@@ -25,6 +25,11 @@ auto reporting(F&& body) {
   }
 }
 
+// The device this thread last allocated on: where a free with the pointer
+// alone looks first when several devices have allocators (a thread mostly
+// frees what it allocated).
+thread_local int t_last_device = -1;
+
 }  // namespace
 
 extern "C" {
@@ -33,6 +38,7 @@ void* memlake_torch_malloc(size_t size, int device, void* stream) {
   return reporting([&] {
     check_open();
     check_device("memlake_torch_malloc", device);
+    t_last_device = device;
     return get_or_create(device).allocate(size, stream);
   });
 }
@@ -45,15 +51,7 @@ void memlake_torch_free(void* ptr, size_t size, int device, void* stream) {
 void memlake_torch_free_block(void* ptr) {
   guarded(0, [&] {
     check_open();
-    if (ptr == nullptr) return 0;
-    const int device = device_holding(ptr);
-    Allocator* a = device < 0 ? nullptr : existing(device);
-    if (a == nullptr) {
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "memlake_torch_free_block: unknown pointer %p", ptr);
-      throw misuse(buf);
-    }
-    a->deallocate_on_own_stream(ptr);
+    if (ptr != nullptr) free_where_held("memlake_torch_free_block", ptr, t_last_device);
     return 0;
   });
   if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);

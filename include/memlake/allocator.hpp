@@ -53,7 +53,9 @@ class Allocator {
   void deallocate(void* ptr, std::size_t bytes, Stream stream = nullptr);
   // Frees `ptr` on the stream it was allocated on, its size unchecked: for
   // callers that keep neither (PyTorch's deleter has the pointer alone).
-  void deallocate_on_own_stream(void* ptr);
+  // False, with nothing changed and nothing reported, when `ptr` is no live
+  // block of this allocator (a caller with several devices tries the next).
+  bool deallocate_on_own_stream(void* ptr);
   // The block is also used on `stream`: its memory is reused elsewhere only
   // after the work queued on `stream` up to its free has completed.
   void record_stream(void* ptr, Stream stream);

@@ -37,8 +37,8 @@ void* Allocator::allocate(std::size_t bytes, Stream stream) {
 void Allocator::deallocate(void* ptr, std::size_t bytes, Stream stream) {
   impl_->deallocate(ptr, bytes, &stream);
 }
-void Allocator::deallocate_on_own_stream(void* ptr) {
-  impl_->deallocate(ptr, 0, nullptr);
+bool Allocator::deallocate_on_own_stream(void* ptr) {
+  return impl_->deallocate_if_live(ptr);
 }
 std::optional<BlockInfo> Allocator::block_info(const void* ptr) const {
   return impl_->block_info(ptr);

@@ -177,12 +177,22 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, const Stream* on) {
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
   ScopedNanos timed(stats_.deallocate_ns);
+  if (MEMLAKE_UNLIKELY(!free_locked(ptr, bytes, on)))
+    misuse(bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+}
+
+bool AllocatorImpl::deallocate_if_live(void* ptr) {
+  if (ptr == nullptr) return true;
+  auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
+  CriticalPathScope critical;
+  ScopedNanos timed(stats_.deallocate_ns);
+  return free_locked(ptr, 0, nullptr);
+}
+
+bool AllocatorImpl::free_locked(void* ptr, std::size_t bytes, const Stream* on) {
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
-  if (MEMLAKE_UNLIKELY(it == live_.end())) {
-    if (graphs_.deallocate(key, bytes, on)) return;
-    misuse(bad_pointer(key));
-  }
+  if (MEMLAKE_UNLIKELY(it == live_.end())) return graphs_.deallocate(key, bytes, on);
   const Stream stream = on != nullptr ? *on : it->second.stream;
   if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
     char buf[160];
@@ -207,6 +217,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, const Stream* on) {
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
     observers_.each([&](Observer& o) { o.on_free({ptr, block.requested, stream}); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
+  return true;
 }
 
 void AllocatorImpl::record_stream(void* ptr, Stream stream) {

@@ -54,6 +54,9 @@ class AllocatorImpl {
   // On *stream, or where stream is null on the stream the block was
   // allocated on.
   void deallocate(void* ptr, std::size_t bytes, const Stream* stream);
+  // On the block's own stream; false, with nothing changed, when `ptr` is
+  // no live block.
+  bool deallocate_if_live(void* ptr);
   void record_stream(void* ptr, Stream stream);
   void empty_cache();
   void process_pending_frees();
@@ -105,6 +108,9 @@ class AllocatorImpl {
 
   // The ladder in budget order, reclaim included; an empty Placed when
   // nothing serves.
+  // The body of both deallocates, under the lock: false when `ptr` is no
+  // live block.
+  bool free_locked(void* ptr, std::size_t bytes, const Stream* stream);
   lake::Placed climb(const lake::Request& request, Stream stream);
   // Asks the stream order which fences have completed and tells the lake;
   // returns the newest. Allocations look once in kAllocationsPerFenceLook

@@ -135,6 +135,19 @@ TEST_F(TorchHooks, FreeBlockFindsTheDeviceAndTheStreamOfTheBlock) {
   void* q = memlake_torch_malloc(4096, kDevice, nullptr);
   memlake_torch_free_block(q);
   EXPECT_STREQ(memlake_last_error(), "") << "the allocator stays usable";
+
+  // A block of the device this thread did not allocate on last.
+  memlake::Allocator* other = memlake::c_api::existing(kDevice);
+  ASSERT_NE(other, nullptr);
+  void* first = memlake_torch_malloc(1 << 20, kDevice, nullptr);
+  void* last = memlake_torch_malloc(1 << 20, kFractionDevice, nullptr);
+  ASSERT_TRUE(other->owns(first));
+  memlake_torch_free_block(first);
+  EXPECT_STREQ(memlake_last_error(), "");
+  EXPECT_FALSE(other->owns(first));
+  EXPECT_TRUE(a->owns(last));
+  memlake_torch_free_block(last);
+  EXPECT_FALSE(a->owns(last));
 }
 
 TEST_F(TorchHooks, MemoryFractionAppliesBeforeFirstUseOnly) {
