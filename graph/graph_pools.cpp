@@ -332,23 +332,20 @@ bool GraphPools::record_stream(DevicePtr ptr, StreamHandle stream) {
   return true;
 }
 
-std::optional<std::size_t> GraphPools::requested_size(DevicePtr ptr) const {
-  auto it = blocks_.find(ptr);
-  if (it == blocks_.end()) return std::nullopt;
-  return it->second.requested;
+BlockInfo GraphPools::info(DevicePtr ptr, const Block& b) {
+  return BlockInfo{reinterpret_cast<void*>(ptr), b.requested, b.stream};
 }
 
 std::optional<BlockInfo> GraphPools::block_info(DevicePtr ptr) const {
   auto it = blocks_.find(ptr);
   if (it == blocks_.end()) return std::nullopt;
-  return BlockInfo{reinterpret_cast<void*>(ptr), it->second.requested, it->second.stream};
+  return info(ptr, it->second);
 }
 
 std::vector<BlockInfo> GraphPools::all_live_blocks() const {
   std::vector<BlockInfo> out;
   out.reserve(blocks_.size());
-  for (const auto& [ptr, b] : blocks_)
-    out.push_back(BlockInfo{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+  for (const auto& [ptr, b] : blocks_) out.push_back(info(ptr, b));
   return out;
 }
 
@@ -359,7 +356,7 @@ std::vector<PoolBlock> GraphPools::live_blocks(PoolId id) {
   std::vector<PoolBlock> out;
   out.reserve(p.live_blocks());
   for (const auto& [ptr, b] : blocks_)
-    if (b.pool == &p) out.push_back(PoolBlock{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+    if (b.pool == &p) out.push_back(info(ptr, b));
   std::sort(out.begin(), out.end(),
             [](const PoolBlock& x, const PoolBlock& y) { return x.ptr < y.ptr; });
   return out;

@@ -70,8 +70,6 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
   // The free is on *stream, or where stream is null on the block's own.
   bool deallocate(DevicePtr ptr, std::size_t bytes, const StreamHandle* stream);
   bool record_stream(DevicePtr ptr, StreamHandle stream);
-  // The requested size of a live pool block; none when `ptr` is no such block.
-  std::optional<std::size_t> requested_size(DevicePtr ptr) const;
   // The live pool block at `ptr`; none when there is no such block.
   std::optional<BlockInfo> block_info(DevicePtr ptr) const;
   // The live blocks of every pool, in no order.
@@ -118,6 +116,8 @@ class GraphPools final : private lake::ChunkPool::Client, private ChunkShare::So
     StreamHandle stream;
     bool shared;  // also used on another stream
   };
+  // A live block as callers see it.
+  static BlockInfo info(DevicePtr ptr, const Block& b);
 
   // lake::ChunkPool::Client: the lake's business; nothing to keep here.
   void chunk_added(lake::ChunkId) override {}

@@ -136,30 +136,6 @@ int device_holding(const void* ptr) {
 
 namespace {
 
-std::string pointer_text(const void* p);
-
-}  // namespace
-
-void free_where_held(const char* function, void* ptr, int first_try) {
-  const int sole = g_sole_device.load(std::memory_order_acquire);
-  if (sole >= 0) {
-    if (existing(sole)->deallocate_on_own_stream(ptr)) return;
-  } else if (sole == kSeveralDevices) {
-    Allocator* hinted = first_try >= 0 && first_try < kMaxDevices ? existing(first_try) : nullptr;
-    if (hinted != nullptr && hinted->deallocate_on_own_stream(ptr)) return;
-    for (int d = 0; d < kMaxDevices; ++d) {
-      Allocator* a = d == first_try ? nullptr : existing(d);
-      if (a != nullptr && a->deallocate_on_own_stream(ptr)) return;
-    }
-  }
-  // Not freed: describing the pointer through an allocator's deallocate
-  // could free a block another thread was handed at this address meanwhile.
-  throw misuse(std::string(function) + ": unknown pointer " + pointer_text(ptr) +
-               ": no device holds a live block there (freed already, or not memlake's)");
-}
-
-namespace {
-
 std::string pointer_text(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
@@ -202,6 +178,25 @@ Stats device_stats(int device) {
 }
 
 }  // namespace
+
+void free_where_held(const char* function, void* ptr, int first_try) {
+  const int sole = g_sole_device.load(std::memory_order_acquire);
+  if (sole >= 0) {
+    if (existing(sole)->deallocate_on_own_stream(ptr)) return;
+  } else if (sole == kSeveralDevices) {
+    Allocator* hinted = first_try >= 0 && first_try < kMaxDevices ? existing(first_try) : nullptr;
+    if (hinted != nullptr && hinted->deallocate_on_own_stream(ptr)) return;
+    for (int d = 0; d < kMaxDevices; ++d) {
+      Allocator* a = d == first_try ? nullptr : existing(d);
+      if (a != nullptr && a->deallocate_on_own_stream(ptr)) return;
+    }
+  }
+  // Not freed: describing the pointer through an allocator's deallocate
+  // could free a block another thread was handed at this address meanwhile.
+  throw misuse(std::string(function) + ": unknown pointer " + pointer_text(ptr) +
+               ": no device holds a live block there (freed already, or not memlake's)");
+}
+
 }  // namespace memlake::c_api
 
 using namespace memlake;

@@ -25,6 +25,12 @@ auto reporting(F&& body) {
   }
 }
 
+// A free never throws (PyTorch frees from destructors): its error goes to
+// stderr.
+void report_failed_free() {
+  if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
+}
+
 // The device this thread last allocated on: where a free with the pointer
 // alone looks first when several devices have allocators (a thread mostly
 // frees what it allocated).
@@ -45,7 +51,7 @@ void* memlake_torch_malloc(size_t size, int device, void* stream) {
 
 void memlake_torch_free(void* ptr, size_t size, int device, void* stream) {
   memlake_free(ptr, size, device, stream);
-  if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
+  report_failed_free();
 }
 
 void memlake_torch_free_block(void* ptr) {
@@ -54,7 +60,7 @@ void memlake_torch_free_block(void* ptr) {
     if (ptr != nullptr) free_where_held("memlake_torch_free_block", ptr, t_last_device);
     return 0;
   });
-  if (const char* e = memlake_last_error(); e[0] != '\0') std::fprintf(stderr, "%s\n", e);
+  report_failed_free();
 }
 
 void memlake_torch_record_stream(void* ptr, void* stream) {

@@ -410,9 +410,7 @@ class MemlakeAllocator : public AllocatorBase {
   // Size 0 is no block, as under PyTorch's caching allocator.
   c10::DataPtr allocate(size_t size) override {
     const c10::DeviceIndex device = c10::cuda::current_device();
-    void* ptr = size == 0
-                    ? nullptr
-                    : malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+    void* ptr = malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
     return c10::DataPtr(ptr, ptr, &free_installed, c10::Device(c10::DeviceType::CUDA, device));
   }
 
@@ -420,12 +418,11 @@ class MemlakeAllocator : public AllocatorBase {
 
   void* raw_alloc(size_t size) override {
     const c10::DeviceIndex device = c10::cuda::current_device();
-    return size == 0 ? nullptr
-                     : malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+    return malloc_block(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
   }
 
   void* raw_alloc_with_stream(size_t size, cudaStream_t stream) override {
-    return size == 0 ? nullptr : malloc_block(size, c10::cuda::current_device(), stream);
+    return malloc_block(size, c10::cuda::current_device(), stream);
   }
 
   // Every block this allocator handed out, a checkpoint's included.
@@ -667,7 +664,9 @@ class MemlakeAllocator : public AllocatorBase {
   }
 #endif
 
+  // Size 0 is no block.
   void* malloc_block(size_t size, int device, cudaStream_t stream) {
+    if (size == 0) return nullptr;
     void* ptr = nullptr;
     try {
       ptr = f_.torch_malloc(size, device, stream);
@@ -693,38 +692,35 @@ class MemlakeAllocator : public AllocatorBase {
     installed_.load(std::memory_order_acquire)->free_block(ptr);
   }
 
-  // The pool's live blocks; asked again if the pool grew between the count
-  // and the list.
-  std::vector<PoolBlock> live_blocks(c10::DeviceIndex device, c10::cuda::MempoolId_t id) {
-    const PoolId pool = pool_id_of(id);
+  // The list `call` gives by list(out, capacity, &count) (memlake_pool_blocks'
+  // form); asked again if it grew between the count and the list.
+  template <class List>
+  std::vector<PoolBlock> listed(const char* call, List list) const {
     std::vector<PoolBlock> blocks;
     size_t count = 0;
-    if (f_.pool_blocks(device, pool, nullptr, 0, &count) != 0) fail("memlake_pool_blocks");
+    if (list(nullptr, 0, &count) != 0) fail(call);
     for (;;) {
       blocks.resize(count);
-      if (f_.pool_blocks(device, pool, blocks.data(), blocks.size(), &count) != 0) {
-        fail("memlake_pool_blocks");
-      }
+      if (list(blocks.data(), blocks.size(), &count) != 0) fail(call);
       if (count <= blocks.size()) break;
     }
     blocks.resize(count);
     return blocks;
   }
 
-  // Every live block of the device, as live_blocks asks.
-  std::vector<PoolBlock> all_live_blocks(c10::DeviceIndex device) {
-    std::vector<PoolBlock> blocks;
-    size_t count = 0;
-    if (f_.live_blocks(device, nullptr, 0, &count) != 0) fail("memlake_live_blocks");
-    for (;;) {
-      blocks.resize(count);
-      if (f_.live_blocks(device, blocks.data(), blocks.size(), &count) != 0) {
-        fail("memlake_live_blocks");
-      }
-      if (count <= blocks.size()) break;
-    }
-    blocks.resize(count);
-    return blocks;
+  // The pool's live blocks.
+  std::vector<PoolBlock> live_blocks(c10::DeviceIndex device, c10::cuda::MempoolId_t id) const {
+    const PoolId pool = pool_id_of(id);
+    return listed("memlake_pool_blocks", [&](PoolBlock* out, size_t capacity, size_t* count) {
+      return f_.pool_blocks(device, pool, out, capacity, count);
+    });
+  }
+
+  // Every live block of the device.
+  std::vector<PoolBlock> all_live_blocks(c10::DeviceIndex device) const {
+    return listed("memlake_live_blocks", [&](PoolBlock* out, size_t capacity, size_t* count) {
+      return f_.live_blocks(device, out, capacity, count);
+    });
   }
 
   std::vector<StatValue> values(c10::DeviceIndex device) const {

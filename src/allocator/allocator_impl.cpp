@@ -271,7 +271,7 @@ std::vector<BlockInfo> AllocatorImpl::live_blocks() const {
 bool AllocatorImpl::owns(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  return live_.count(key) != 0 || graphs_.requested_size(key).has_value();
+  return live_.count(key) != 0 || graphs_.block_info(key).has_value();
 }
 
 std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
@@ -279,7 +279,7 @@ std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
   const auto key = reinterpret_cast<DevicePtr>(ptr);
   auto it = live_.find(key);
   if (it != live_.end()) return it->second.requested;
-  if (auto pooled = graphs_.requested_size(key)) return *pooled;
+  if (auto pooled = graphs_.block_info(key)) return pooled->size;
   misuse(bad_pointer(key), /*counts=*/false);
 }
 

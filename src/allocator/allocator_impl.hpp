@@ -106,11 +106,11 @@ class AllocatorImpl {
     std::vector<Stream> also_used_on;
   };
 
-  // The ladder in budget order, reclaim included; an empty Placed when
-  // nothing serves.
   // The body of both deallocates, under the lock: false when `ptr` is no
   // live block.
   bool free_locked(void* ptr, std::size_t bytes, const Stream* stream);
+  // The ladder in budget order, reclaim included; an empty Placed when
+  // nothing serves.
   lake::Placed climb(const lake::Request& request, Stream stream);
   // Asks the stream order which fences have completed and tells the lake;
   // returns the newest. Allocations look once in kAllocationsPerFenceLook
