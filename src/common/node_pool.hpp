@@ -17,11 +17,14 @@ namespace memlake {
 class NodePool {
  public:
   static constexpr std::size_t kAlign = 16;
+  // Slabs start on a cache line, so that a node of 32 or 64 bytes (a hash
+  // map's entry of an allocation) never spans two lines.
+  static constexpr std::size_t kSlabAlign = 64;
   static constexpr std::size_t kMaxNode = 256;  // larger requests go to the heap
 
   NodePool() = default;
   ~NodePool() {
-    for (void* slab : slabs_) ::operator delete (slab, std::align_val_t{kAlign});
+    for (void* slab : slabs_) ::operator delete (slab, std::align_val_t{kSlabAlign});
   }
   NodePool(const NodePool&) = delete;
   NodePool& operator=(const NodePool&) = delete;
@@ -55,7 +58,7 @@ class NodePool {
 
   void refill(std::size_t i) {
     const std::size_t node = (i + 1) * kAlign;
-    auto* slab = static_cast<char*>(::operator new (kSlabBytes, std::align_val_t{kAlign}));
+    auto* slab = static_cast<char*>(::operator new (kSlabBytes, std::align_val_t{kSlabAlign}));
     slabs_.push_back(slab);
     for (std::size_t at = 0; at + node <= kSlabBytes; at += node) put(slab + at, node);
   }
