@@ -22,13 +22,13 @@ void SharedBlock::close_descriptors() {
 SharedBlock AllocatorImpl::share(const void* ptr) {
   std::lock_guard lock(mutex_);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  auto it = live_.find(key);
-  if (it == live_.end()) misuse("share: " + bad_pointer(key));
+  const lake::Allocation* block = lake_.find(key);
+  if (block == nullptr) misuse("share: " + bad_pointer(key));
   if (!config_.shareable) {
     misuse("share: the allocator's chunks are not exportable; create it with shareable:true");
   }
   SharedBlock out;
-  out.size = it->second.requested;
+  out.size = block->caller.requested;
   std::vector<std::pair<ChunkHandle, std::size_t>> chunks;
   lake_.chunks_of(key, &chunks, &out.offset);
   for (auto [handle, size] : chunks) {

@@ -158,7 +158,7 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
 
 void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
                               const ScopedNanos& timed) {
-  live_.emplace(placed.ptr, LiveBlock{placed.size, requested, stream, {}});
+  *lake_.caller_note(placed.ptr) = {requested, stream};
   count_block(stats_, 1, placed.size, requested);
   ++rung_stat(stats_, placed.rung).current;
   void* p = reinterpret_cast<void*>(placed.ptr);
@@ -191,47 +191,57 @@ bool AllocatorImpl::deallocate_if_live(void* ptr) {
 
 bool AllocatorImpl::free_locked(void* ptr, std::size_t bytes, const Stream* on) {
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  auto it = live_.find(key);
-  if (MEMLAKE_UNLIKELY(it == live_.end())) return graphs_.deallocate(key, bytes, on);
-  const Stream stream = on != nullptr ? *on : it->second.stream;
-  if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != it->second.requested)) {
+  const lake::Allocation* block = lake_.find(key);
+  if (MEMLAKE_UNLIKELY(block == nullptr)) return graphs_.deallocate(key, bytes, on);
+  const lake::CallerNote note = block->caller;
+  const Stream stream = on != nullptr ? *on : note.stream;
+  if (MEMLAKE_UNLIKELY(bytes != 0 && bytes != note.requested)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "size mismatch freeing %p: %zu bytes given, the block has %zu",
-                  ptr, bytes, it->second.requested);
+                  ptr, bytes, note.requested);
     misuse(buf);
   }
   if (MEMLAKE_UNLIKELY(!order_.admit(stream))) unknown_stream("free", stream, ptr);
-  LiveBlock block = std::move(it->second);
-  live_.erase(it);
-  count_block(stats_, -1, block.size, block.requested);
-  // A block freed on another stream than its own was used on both.
-  if (block.stream != stream && std::find(block.also_used_on.begin(), block.also_used_on.end(),
-                                          block.stream) == block.also_used_on.end())
-    block.also_used_on.push_back(block.stream);
-  std::erase(block.also_used_on, stream);
-  // A recorded stream destroyed since has finished its work (destroying a
-  // stream drains it): nothing to wait for there.
-  std::erase_if(block.also_used_on, [&](Stream s) { return !order_.admit(s); });
-  const StreamOrder::FreeTag tag = order_.free_on(stream, block.also_used_on);
+  count_block(stats_, -1, block->size, note.requested);
+  const StreamOrder::FreeTag tag =
+      MEMLAKE_LIKELY(note.stream == stream && other_streams_.empty())
+          ? order_.free_on(stream, {})
+          : order_.free_on(stream, streams_to_wait_for(key, note.stream, stream));
   lake_.free(key, tag.fence, tag.others_wait);
   if (MEMLAKE_UNLIKELY(!observers_.empty()))
-    observers_.each([&](Observer& o) { o.on_free({ptr, block.requested, stream}); });
+    observers_.each([&](Observer& o) { o.on_free({ptr, note.requested, stream}); });
   if constexpr (MEMLAKE_DEBUG >= 3) check_debug();
   return true;
 }
 
+std::vector<Stream> AllocatorImpl::streams_to_wait_for(DevicePtr key, Stream own, Stream freed_on) {
+  std::vector<Stream> streams;
+  if (auto it = other_streams_.find(key); it != other_streams_.end()) {
+    streams = std::move(it->second);
+    other_streams_.erase(it);
+  }
+  // A block freed on another stream than its own was used on both.
+  if (own != freed_on && std::find(streams.begin(), streams.end(), own) == streams.end())
+    streams.push_back(own);
+  std::erase(streams, freed_on);
+  // A recorded stream destroyed since has finished its work (destroying a
+  // stream drains it): nothing to wait for there.
+  std::erase_if(streams, [&](Stream s) { return !order_.admit(s); });
+  return streams;
+}
+
 void AllocatorImpl::record_stream(void* ptr, Stream stream) {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
-  if (it == live_.end()) {
-    if (graphs_.record_stream(reinterpret_cast<DevicePtr>(ptr), stream)) return;
-    misuse("record_stream: " + bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  const lake::Allocation* block = lake_.find(key);
+  if (block == nullptr) {
+    if (graphs_.record_stream(key, stream)) return;
+    misuse("record_stream: " + bad_pointer(key));
   }
   if (!order_.admit(stream)) misuse("record_stream: unknown stream");
-  LiveBlock& b = it->second;
-  if (stream != b.stream &&
-      std::find(b.also_used_on.begin(), b.also_used_on.end(), stream) == b.also_used_on.end())
-    b.also_used_on.push_back(stream);
+  if (stream == block->caller.stream) return;
+  std::vector<Stream>& others = other_streams_[key];
+  if (std::find(others.begin(), others.end(), stream) == others.end()) others.push_back(stream);
 }
 
 void AllocatorImpl::process_pending_frees() {
@@ -251,18 +261,18 @@ void AllocatorImpl::empty_cache() {
 std::optional<BlockInfo> AllocatorImpl::block_info(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  auto it = live_.find(key);
-  if (it != live_.end())
-    return BlockInfo{const_cast<void*>(ptr), it->second.requested, it->second.stream};
+  if (const lake::Allocation* block = lake_.find(key))
+    return BlockInfo{const_cast<void*>(ptr), block->caller.requested, block->caller.stream};
   return graphs_.block_info(key);
 }
 
 std::vector<BlockInfo> AllocatorImpl::live_blocks() const {
   std::lock_guard lock(mutex_);
   std::vector<BlockInfo> out = graphs_.all_live_blocks();
-  out.reserve(out.size() + live_.size());
-  for (const auto& [ptr, b] : live_)
-    out.push_back(BlockInfo{reinterpret_cast<void*>(ptr), b.requested, b.stream});
+  out.reserve(out.size() + lake_.allocation_count());
+  lake_.each_allocation([&](DevicePtr ptr, const lake::Allocation& a) {
+    out.push_back(BlockInfo{reinterpret_cast<void*>(ptr), a.caller.requested, a.caller.stream});
+  });
   std::sort(out.begin(), out.end(),
             [](const BlockInfo& x, const BlockInfo& y) { return x.ptr < y.ptr; });
   return out;
@@ -271,23 +281,23 @@ std::vector<BlockInfo> AllocatorImpl::live_blocks() const {
 bool AllocatorImpl::owns(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  return live_.count(key) != 0 || graphs_.block_info(key).has_value();
+  return lake_.find(key) != nullptr || graphs_.block_info(key).has_value();
 }
 
 std::size_t AllocatorImpl::allocation_size(const void* ptr) const {
   std::lock_guard lock(mutex_);
   const auto key = reinterpret_cast<DevicePtr>(ptr);
-  auto it = live_.find(key);
-  if (it != live_.end()) return it->second.requested;
+  if (const lake::Allocation* block = lake_.find(key)) return block->caller.requested;
   if (auto pooled = graphs_.block_info(key)) return pooled->size;
   misuse(bad_pointer(key), /*counts=*/false);
 }
 
 std::vector<std::pair<DevicePtr, std::size_t>> AllocatorImpl::aliases(const void* ptr) const {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(reinterpret_cast<DevicePtr>(ptr));
-  if (it == live_.end()) return {};
-  return lake_.aliases(it->first, it->second.size);
+  const auto key = reinterpret_cast<DevicePtr>(ptr);
+  const lake::Allocation* block = lake_.find(key);
+  if (block == nullptr) return {};
+  return lake_.aliases(key, block->size);
 }
 
 void AllocatorImpl::add_observer(Observer* o) {

@@ -99,16 +99,13 @@ class AllocatorImpl {
   }
 
  private:
-  struct LiveBlock {
-    std::size_t size = 0;       // the lake block's rounded size
-    std::size_t requested = 0;  // as asked
-    Stream stream = nullptr;
-    std::vector<Stream> also_used_on;
-  };
-
   // The body of both deallocates, under the lock: false when `ptr` is no
   // live block.
   bool free_locked(void* ptr, std::size_t bytes, const Stream* stream);
+  // The streams other than `freed_on` whose work may still use the block at
+  // `key`, allocated on `own`: those record_stream named and its own; the
+  // block's entry in other_streams_ goes.
+  std::vector<Stream> streams_to_wait_for(DevicePtr key, Stream own, Stream freed_on);
   // The ladder in budget order, reclaim included; an empty Placed when
   // nothing serves.
   lake::Placed climb(const lake::Request& request, Stream stream);
@@ -145,12 +142,11 @@ class AllocatorImpl {
   lake::Lake lake_;
   StreamOrder order_;
   graph::GraphPools graphs_;  // before the lake and pool go: it holds their chunks
-  NodePool live_nodes_;       // live_'s nodes: one comes and goes per malloc and free
-  using LiveMap =
-      std::unordered_map<DevicePtr, LiveBlock, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
-                         PoolAllocator<std::pair<const DevicePtr, LiveBlock>>>;
-  LiveMap live_{0, std::hash<DevicePtr>{}, std::equal_to<DevicePtr>{},
-                LiveMap::allocator_type(&live_nodes_)};
+  // The live blocks are the lake's: each one's requested size and stream
+  // are its lake::CallerNote. Blocks used on streams other than their own
+  // (record_stream) list those here until they are freed; empty while every
+  // block stays on its stream.
+  std::unordered_map<DevicePtr, std::vector<Stream>> other_streams_;
   RequestHistory history_;                        // where in a repeated step a request comes
   std::size_t allocations_since_fence_look_ = 0;  // see kAllocationsPerFenceLook
   MappingWorker worker_;                          // last: stopped before the lake goes

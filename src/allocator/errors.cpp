@@ -33,25 +33,26 @@ std::string short_size(std::size_t bytes) {
 }
 
 // "; the 5 largest of 1234 live blocks: 1.50 GiB at 0x7f00 (stream 0x0), ..."
-template <class LiveMap>
-std::string largest_live_blocks(const LiveMap& live, std::size_t count) {
+std::string largest_live_blocks(const lake::Lake& lake, std::size_t count) {
   std::vector<std::pair<std::size_t, DevicePtr>> sizes;
-  sizes.reserve(live.size());
-  for (const auto& [ptr, b] : live) sizes.emplace_back(b.size, ptr);
+  sizes.reserve(lake.allocation_count());
+  lake.each_allocation(
+      [&](DevicePtr ptr, const lake::Allocation& a) { sizes.emplace_back(a.size, ptr); });
   count = std::min(count, sizes.size());
   std::partial_sort(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(count), sizes.end(),
                     [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string out = "; the " + std::to_string(count) + " largest of " +
-                    std::to_string(live.size()) + " live blocks:";
+                    std::to_string(sizes.size()) + " live blocks:";
   for (std::size_t i = 0; i < count; ++i) {
-    const auto& b = live.find(sizes[i].second)->second;
+    const lake::Allocation& b = *lake.find(sizes[i].second);
     char buf[96];
-    if (b.stream == nullptr)
+    if (b.caller.stream == nullptr)
       std::snprintf(buf, sizeof buf, "%s %s at %p (default stream)", i ? "," : "",
                     short_size(b.size).c_str(), reinterpret_cast<void*>(sizes[i].second));
     else
       std::snprintf(buf, sizeof buf, "%s %s at %p (stream %p)", i ? "," : "",
-                    short_size(b.size).c_str(), reinterpret_cast<void*>(sizes[i].second), b.stream);
+                    short_size(b.size).c_str(), reinterpret_cast<void*>(sizes[i].second),
+                    b.caller.stream);
     out += buf;
   }
   return out;
@@ -97,7 +98,7 @@ void AllocatorImpl::out_of_memory(std::size_t bytes, Stream stream) {
   // With profiling on, what holds the memory: the largest live blocks, and
   // where the timeline goes.
   if (!config_.record.empty() || !config_.timeline.empty()) {
-    msg += largest_live_blocks(live_, 5);
+    msg += largest_live_blocks(lake_, 5);
     if (!config_.timeline.empty())
       msg += "; the timeline is written to " + profilers_->timeline()->path() +
              " at exit (Allocator::dump_timeline, memlake_timeline_dump: now)";

@@ -53,15 +53,18 @@ std::string AllocatorImpl::check_invariants() const {
   if (stats_.reserved_bytes.current != static_cast<std::int64_t>(pool_.reserved_bytes()))
     err += "reserved bytes disagree with the stats; ";
   std::size_t live = 0;
-  for (const auto& [ptr, b] : live_) live += b.size;
+  lake_.each_allocation([&](DevicePtr, const lake::Allocation& a) { live += a.size; });
   // The totals count the graph pools' blocks too.
   if (static_cast<std::int64_t>(live) + stats_.graph_pool_live_bytes.current !=
       stats_.live_bytes.current)
     err += "live bytes disagree with the stats; ";
-  if (static_cast<std::int64_t>(live_.size() + graphs_.block_count()) != stats_.live_blocks.current)
+  if (static_cast<std::int64_t>(lake_.allocation_count() + graphs_.block_count()) !=
+      stats_.live_blocks.current)
     err += "live blocks disagree with the stats; ";
   if (live != lake_.allocated_bytes())
     err += "live bytes disagree with the lake's allocated bytes; ";
+  for (const auto& [ptr, streams] : other_streams_)
+    if (lake_.find(ptr) == nullptr) err += "streams listed for a block that is not live; ";
   err += graphs_.check_invariants();
   return err;
 }

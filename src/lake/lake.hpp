@@ -110,6 +110,19 @@ class Lake final : private ChunkPool::Client {
   FenceId fences_done() const { return table_.fences_done(); }
 
   const Allocation* find(DevicePtr ptr) const;
+  // The caller's note on the live block at `ptr` (CallerNote), for the
+  // caller to fill in after place() and read back; nullptr when no live
+  // block starts at `ptr`.
+  CallerNote* caller_note(DevicePtr ptr) {
+    auto it = allocations_.find(ptr);
+    return it == allocations_.end() ? nullptr : &it->second.caller;
+  }
+  // Calls f(ptr, allocation) for every live block, in no order.
+  template <class F>
+  void each_allocation(F&& f) const {
+    for (const auto& [ptr, a] : allocations_) f(ptr, a);
+  }
+  std::size_t allocation_count() const { return allocations_.size(); }
   // Why `ptr` is not a live allocation: "double free ...", "interior pointer
   // ...", or "unknown pointer ...".
   std::string diagnose_bad_pointer(DevicePtr ptr) const;

@@ -179,7 +179,7 @@ bool Lake::borrows(const Allocation& a) const {
 Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,
                         std::size_t lead) {
   Segment& seg = table_[s];
-  Allocation a{s, first, 0, nullptr, size, size};
+  Allocation a{s, first, 0, false, nullptr, size, {}};
   std::size_t covered = 0;
   std::uint32_t claimed = 0;  // chunks taken from the pool: `s` owns them
   FenceId fence;              // the newest its chunks were freed under
@@ -278,7 +278,7 @@ Placed Lake::place_on_piece(Rung rung, Piece* fragment, std::size_t size) {
   std::uint32_t index = 0;
   while (seg.chunks[index] != p->chunk) ++index;
   const DevicePtr ptr = piece_address(p);
-  const FenceId fence = record(ptr, Allocation{s, index, 1, p, size, size});
+  const FenceId fence = record(ptr, Allocation{s, index, 1, false, p, size, {}});
   return {ptr, size, rung, fence};
 }
 

@@ -63,14 +63,24 @@ struct Mapping {
   bool operator==(const Mapping&) const = default;
 };
 
+// What the allocator above the lake keeps about a live block. It lives in
+// the lake's entry of the block, so that one map lookup serves both on every
+// allocate and free; the lake itself never reads it.
+struct CallerNote {
+  std::size_t requested = 0;  // the bytes asked for
+  void* stream = nullptr;     // the stream it was allocated on
+};
+
+// A live block. 48 bytes, so that its hash map entry is one cache line.
 struct Allocation {
   SegmentId segment = kNone;      // the owner segment of its chunk(s)
   std::uint32_t first_chunk = 0;  // index into the segment's chunks
   std::uint32_t chunk_count = 1;
-  Piece* piece = nullptr;     // its first piece
-  std::size_t size = 0;       // rounded to kAlignment
-  std::size_t requested = 0;  // as asked
-  bool grows = false;         // grew a block freed lately (Lake::grows_a_freed_block)
+  bool grows = false;      // grew a block freed lately (Lake::grows_a_freed_block)
+  Piece* piece = nullptr;  // its first piece
+  std::size_t size = 0;    // rounded to kAlignment
+  CallerNote caller;
 };
+static_assert(sizeof(Allocation) <= 48);
 
 }  // namespace memlake::lake

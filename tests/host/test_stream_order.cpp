@@ -188,6 +188,7 @@ TEST(StreamOrder, ARecordedStreamsWorkIsWaitedForEvenByTheFreeingStream) {
   StatsDelta d(*a);
   a->deallocate(p, 16 * MiB, sa);
   EXPECT_EQ(d(&Stats::events_recorded), 0);
+  EXPECT_EQ(a->check_invariants(), "") << "B stays listed for a block freed already";
   d.restart();
   char* q = static_cast<char*>(a->allocate(16 * MiB, sa));
   EXPECT_FALSE(job.done.load()) << "allocate must not wait for stream B";
