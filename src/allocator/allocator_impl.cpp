@@ -93,7 +93,7 @@ void* AllocatorImpl::allocate(std::size_t bytes, Stream stream) {
 void* AllocatorImpl::allocate_locked(std::size_t bytes, Stream stream) {
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
-  ScopedNanos timed(stats_.allocate_ns);
+  ScopedTicks timed(stats_.allocate_ns);
   StreamOrder::CallScope call(order_);
   if (MEMLAKE_UNLIKELY(graphs_.routing()))
     if (void* p = graphs_.allocate(bytes, stream)) return p;
@@ -157,13 +157,13 @@ lake::Placed AllocatorImpl::climb(const lake::Request& request, Stream stream) {
 }
 
 void* AllocatorImpl::hand_out(const lake::Placed& placed, std::size_t requested, Stream stream,
-                              const ScopedNanos& timed) {
+                              const ScopedTicks& timed) {
   *lake_.caller_note(placed.ptr) = {requested, stream};
   count_block(stats_, 1, placed.size, requested);
   ++rung_stat(stats_, placed.rung).current;
   void* p = reinterpret_cast<void*>(placed.ptr);
   if (MEMLAKE_UNLIKELY(!observers_.empty())) {
-    const std::int64_t ns = timed.elapsed();  // no clock read without observers
+    const std::int64_t ns = timed.elapsed_ns();  // no clock read without observers
     observers_.each([&](Observer& o) {
       o.on_alloc({p, requested, placed.size, stream, placed.rung, ns});
     });
@@ -176,7 +176,7 @@ void AllocatorImpl::deallocate(void* ptr, std::size_t bytes, const Stream* on) {
   if (ptr == nullptr) return;
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
-  ScopedNanos timed(stats_.deallocate_ns);
+  ScopedTicks timed(stats_.deallocate_ns);
   if (MEMLAKE_UNLIKELY(!free_locked(ptr, bytes, on)))
     misuse(bad_pointer(reinterpret_cast<DevicePtr>(ptr)));
 }
@@ -185,7 +185,7 @@ bool AllocatorImpl::deallocate_if_live(void* ptr) {
   if (ptr == nullptr) return true;
   auto lock = lock_counting_waits(mutex_, stats_.lock_waits, stats_.lock_wait_ns);
   CriticalPathScope critical;
-  ScopedNanos timed(stats_.deallocate_ns);
+  ScopedTicks timed(stats_.deallocate_ns);
   return free_locked(ptr, 0, nullptr);
 }
 

@@ -115,7 +115,7 @@ class AllocatorImpl {
   FenceId look_at_fences();
   // `timed` has run since the lock was taken: observers get its time.
   void* hand_out(const lake::Placed& p, std::size_t requested, Stream stream,
-                 const ScopedNanos& timed);
+                 const ScopedTicks& timed);
   // errors.cpp
   // Counts in misuse_errors unless the call was a query (allocation_size).
   [[noreturn]] void misuse(const std::string& message, bool counts = true) const;
@@ -132,6 +132,8 @@ class AllocatorImpl {
   DriverTurns* turns_ = nullptr;         // owned through backend_
   std::unique_ptr<Backend> backend_;
   mutable std::mutex mutex_;
+  // allocate_ns and deallocate_ns count ticks (ScopedTicks); stats() reports
+  // nanoseconds.
   mutable Stats stats_;
   ObserverList observers_;
   // The observers of the options record, timeline and nvtx; they outlive the

@@ -27,6 +27,9 @@ Stats AllocatorImpl::stats() const {
   s.worker_turn_waits.current = static_cast<std::int64_t>(turns_->waits());
   s.worker_turn_wait_ns.current = static_cast<std::int64_t>(turns_->wait_ns());
   s.backend_refusals.current = refusal_.count;
+  // The calls' own timings are kept in ticks (ScopedTicks).
+  s.allocate_ns.current = ticks_to_ns(stats_.allocate_ns.current);
+  s.deallocate_ns.current = ticks_to_ns(stats_.deallocate_ns.current);
 #define MEMLAKE_FIX_STAT(name, kind, help) fix_##kind(s.name);
   MEMLAKE_STAT_FIELDS(MEMLAKE_FIX_STAT)
 #undef MEMLAKE_FIX_STAT

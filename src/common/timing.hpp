@@ -1,13 +1,14 @@
 // Host time spent inside the allocator, for the stats: each allocate and
-// deallocate (two clock reads a call), and waits for the allocator's lock
-// (held by another caller or by the mapping worker while it plans or
-// commits a job). An uncontended try_lock reads no clock.
+// deallocate (two reads of the tick clock a call), and waits for the
+// allocator's lock (held by another caller or by the mapping worker while
+// it plans or commits a job). An uncontended try_lock reads no clock.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 
+#include "common/tick_clock.hpp"
 #include "memlake/stats.hpp"
 
 namespace memlake {
@@ -18,14 +19,15 @@ inline std::int64_t now_ns() {
       .count();
 }
 
-// Adds the nanoseconds of its lifetime to a counter.
-class ScopedNanos {
+// Adds the ticks of its lifetime (now_ticks) to a counter, which the stats
+// report in nanoseconds (ticks_to_ns).
+class ScopedTicks {
  public:
-  explicit ScopedNanos(StatValue& total) : total_(total), start_(now_ns()) {}
-  ~ScopedNanos() { total_.current += now_ns() - start_; }
-  std::int64_t elapsed() const { return now_ns() - start_; }
-  ScopedNanos(const ScopedNanos&) = delete;
-  ScopedNanos& operator=(const ScopedNanos&) = delete;
+  explicit ScopedTicks(StatValue& total) : total_(total), start_(now_ticks()) {}
+  ~ScopedTicks() { total_.current += now_ticks() - start_; }
+  std::int64_t elapsed_ns() const { return ticks_to_ns(now_ticks() - start_); }
+  ScopedTicks(const ScopedTicks&) = delete;
+  ScopedTicks& operator=(const ScopedTicks&) = delete;
 
  private:
   StatValue& total_;

@@ -51,6 +51,23 @@ TEST(Timing, AllocateAndDeallocateTimesHoldOnlyTheirOwnCalls) {
   a.destroy_stream(s);
 }
 
+// The calls are timed in ticks (the time-stamp counter where the kernel
+// keeps time by it); the stats read them as nanoseconds of steady_clock.
+TEST(Timing, TicksBecomeNanosecondsAtTheSteadyClocksRate) {
+  const auto steady_start = std::chrono::steady_clock::now();
+  const std::int64_t ticks_start = now_ticks();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const std::int64_t ticks = now_ticks() - ticks_start;
+  const auto steady = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - steady_start)
+                          .count();
+  const std::int64_t ns = ticks_to_ns(ticks);
+  // The two reads of each clock are a few hundred nanoseconds apart at most;
+  // a wrong rate is off by far more than 1% of 30 ms.
+  EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(steady), 0.01 * steady);
+  EXPECT_EQ(ticks_to_ns(0), 0);
+}
+
 TEST(Timing, AHeldLockCountsOneWaitWithItsDuration) {
   std::mutex m;
   StatValue waits, wait_ns;
