@@ -128,7 +128,8 @@ std::string Lake::check_invariants() const {
   }
   std::vector<std::uint32_t> borrowed(table_.slots(), 0);
   for (const auto& [ptr, a] : allocations_) {
-    if (borrows(a)) ++borrowed[a.segment];
+    if (a.borrows != borrows(a)) err << "allocation " << ptr << " borrowing is off; ";
+    if (a.borrows) ++borrowed[a.segment];
     const Segment& seg = table_[a.segment];
     if (ptr != seg.va + seg.offsets[a.first_chunk] + a.piece->offset)
       err << "allocation " << ptr << " is not where its first piece is; ";

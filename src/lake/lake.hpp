@@ -162,14 +162,16 @@ class Lake final : private ChunkPool::Client {
   }
 
  private:
-  // Per chunk, what placement keeps.
+  // Per chunk, what placement keeps: 32 bytes, two to a cache line, since a
+  // large block's chunks mostly have consecutive ids.
   struct ChunkUse {
     SegmentId owner = kNone;       // the range through which its live pieces are reached
-    std::size_t owner_offset = 0;  // the chunk's offset inside its owner
     std::uint32_t live = 0;        // allocated pieces
+    std::size_t owner_offset = 0;  // the chunk's offset inside its owner
     Piece* pieces = nullptr;       // head of the piece list while owned
     FenceId fence;                 // the newest fence a block in it was freed under
   };
+  static_assert(sizeof(ChunkUse) == 32);
   // A request is known by its size, how many blocks of that size are
   // allocated when it comes, and the requests before it; a large one also
   // by the bytes allocated when it comes (remembered.cpp).

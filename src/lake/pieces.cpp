@@ -153,10 +153,13 @@ FenceId Lake::record(DevicePtr ptr, const Allocation& a, const FenceId* known) {
   }
   Allocation entry = a;
   entry.grows = a.size > options_.small_max && grows_a_freed_block(a.size);
+  // A chunk's owner stays while it holds a live piece: the free reads this
+  // instead of the two chunks' entries.
+  entry.borrows = borrows(a);
   allocations_.emplace(ptr, entry);
   allocated_bytes_ += a.size;
   count_size(a.size, +1);
-  if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, true);
+  if (entry.borrows) table_.pin(a.segment, &Segment::borrowed, true);
   return fence;
 }
 
@@ -179,7 +182,7 @@ bool Lake::borrows(const Allocation& a) const {
 Placed Lake::place_span(Rung rung, SegmentId s, std::uint32_t first, Piece* tail, std::size_t size,
                         std::size_t lead) {
   Segment& seg = table_[s];
-  Allocation a{s, first, 0, false, nullptr, size, {}};
+  Allocation a{.segment = s, .first_chunk = first, .chunk_count = 0, .size = size};
   std::size_t covered = 0;
   std::uint32_t claimed = 0;  // chunks taken from the pool: `s` owns them
   FenceId fence;              // the newest its chunks were freed under
@@ -278,7 +281,8 @@ Placed Lake::place_on_piece(Rung rung, Piece* fragment, std::size_t size) {
   std::uint32_t index = 0;
   while (seg.chunks[index] != p->chunk) ++index;
   const DevicePtr ptr = piece_address(p);
-  const FenceId fence = record(ptr, Allocation{s, index, 1, false, p, size, {}});
+  const FenceId fence =
+      record(ptr, Allocation{.segment = s, .first_chunk = index, .piece = p, .size = size});
   return {ptr, size, rung, fence};
 }
 
@@ -315,7 +319,7 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
   allocated_bytes_ -= a.size;
   count_size(a.size, -1);
   if (a.size > options_.small_max) freed_[freed_next_++ % freed_.size()] = {a.size, a.grows};
-  if (borrows(a)) table_.pin(a.segment, &Segment::borrowed, false);
+  if (a.borrows) table_.pin(a.segment, &Segment::borrowed, false);
   // Giving chunks back changes who holds them only; the range stays mapped.
   // Its own chunks unpin it once; borrowed ends unpin their owners.
   std::uint32_t given_back = 0;

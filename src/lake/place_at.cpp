@@ -69,7 +69,7 @@ Placed Lake::place_at(DevicePtr ptr, std::size_t size) {
         return use_[c].owner != kNone && free_piece_over(c, from, from + take) != nullptr;
       });
   if (!free) return {};
-  Allocation a{s, first, 0, false, nullptr, size, {}};
+  Allocation a{.segment = s, .first_chunk = first, .chunk_count = 0, .size = size};
   std::uint32_t claimed = 0;
   for_each_chunk_under(table_, s, first, offset, size, pool_,
                        [&](std::uint32_t i, ChunkId c, std::size_t from, std::size_t take) {

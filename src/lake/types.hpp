@@ -77,6 +77,7 @@ struct Allocation {
   std::uint32_t first_chunk = 0;  // index into the segment's chunks
   std::uint32_t chunk_count = 1;
   bool grows = false;      // grew a block freed lately (Lake::grows_a_freed_block)
+  bool borrows = false;    // its first or last chunk is another range's (Lake::borrows)
   Piece* piece = nullptr;  // its first piece
   std::size_t size = 0;    // rounded to kAlignment
   CallerNote caller;
