@@ -82,6 +82,10 @@ std::string Lake::check_invariants() const {
   for (ChunkId id = 0; id < pool_.slots(); ++id) {
     if (!pool_[id].in_use) continue;
     const ChunkUse& u = use_[id];
+    if (const Piece* p = spare_[id];
+        p && (p->offset != 0 || p->size != pool_.size(id) || p->chunk != id || !p->allocated ||
+              p->prev || p->next || p == u.pieces))
+      err << "chunk " << id << " spare piece is not the whole chunk; ";
     // Free chunks, and chunks another client holds (graph pools lease
     // theirs from the allocator's pool), have nothing of this lake's.
     if (pool_.is_free(id) || pool_[id].holder != client_) {

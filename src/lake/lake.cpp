@@ -42,13 +42,20 @@ Lake::~Lake() {
 }
 
 void Lake::chunk_added(ChunkId id) {
-  if (use_.size() <= id) use_.resize(id + 1);
+  if (use_.size() <= id) {
+    spare_.resize(id + 1, nullptr);  // first: use_ tells the size
+    use_.resize(id + 1);
+  }
   use_[id] = ChunkUse{};
   table_.chunk_added(id);
 }
 
 void Lake::chunk_removed(ChunkId id) {
   use_[id] = ChunkUse{};
+  if (spare_[id] != nullptr) {
+    delete_piece(spare_[id]);
+    spare_[id] = nullptr;
+  }
   table_.chunk_removed(id);
 }
 

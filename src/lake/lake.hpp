@@ -299,11 +299,11 @@ class Lake final : private ChunkPool::Client {
   // The body of a large block: `count` chunks from slot `first` of `s`,
   // each wholly the block's, taken (all free) or given back (the block is
   // freed) together. claim_whole returns the first chunk's piece and raises
-  // `fence` to the newest fence of the chunks; unclaim_whole takes the
-  // chunks from slot `first` on that the block holds whole, up to `most`,
-  // raising their fences to `fence` first, and returns how many.
+  // `fence` to the newest fence of the chunks; unclaim_whole gives back
+  // `count` chunks from slot `first` on, each held whole by the block,
+  // raising their fences to `fence` first.
   Piece* claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId* fence);
-  std::uint32_t unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t most, FenceId fence);
+  void unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId fence);
   // Chunk `c` is owned by `s` and holds one live piece, the whole chunk.
   bool held_whole_by(ChunkId c, SegmentId s) const {
     const ChunkUse& u = use_[c];
@@ -322,6 +322,10 @@ class Lake final : private ChunkPool::Client {
   ClientId client_;
   SegmentTable table_;
   std::vector<ChunkUse> use_;  // by chunk id
+  // By chunk id: the piece a chunk had when it was last given back whole
+  // (unclaim_whole), still describing the whole chunk allocated, for the
+  // next claim_whole of it; null when there is none.
+  std::vector<Piece*> spare_;
   FragmentIndex fragments_;
   std::unordered_map<DevicePtr, Allocation, std::hash<DevicePtr>, std::equal_to<DevicePtr>,
                      PoolAllocator<std::pair<const DevicePtr, Allocation>>>

@@ -42,7 +42,10 @@ SegmentId Lake::unclaim(ChunkId id) {
 
 // One pool operation and one note per run instead of one per chunk: a
 // block of a few GiB is hundreds of chunks, and a training step takes and
-// gives back the same ones every time.
+// gives back the same ones every time. A chunk given back whole keeps its
+// piece aside (spare_), already describing the whole chunk allocated, so
+// that neither the give-back nor the next take of it whole touches it (a
+// take of a chunk in pieces gets a node just freed, still in cache).
 Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId* fence) {
   Segment& seg = table_[s];
   const std::span<const ChunkId> ids(seg.chunks.data() + first, count);
@@ -57,27 +60,34 @@ Piece* Lake::claim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, 
     u.owner_offset = seg.offsets[first + k];
     u.live = 1;
     *fence = std::max(*fence, u.fence);
-    u.pieces = new_piece({0, pool_.size(c), c, true, nullptr, nullptr});
+    if (Piece* spare = spare_[c]) {
+      spare_[c] = nullptr;
+      u.pieces = spare;
+    } else {
+      u.pieces = new_piece({0, pool_.size(c), c, true, nullptr, nullptr});
+    }
   }
   return use_[ids[0]].pieces;
 }
 
-std::uint32_t Lake::unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t most,
-                                  FenceId fence) {
+void Lake::unclaim_whole(SegmentId s, std::uint32_t first, std::uint32_t count, FenceId fence) {
   const ChunkId* chunks = table_[s].chunks.data() + first;
-  std::uint32_t n = 0;
-  for (; n < most && held_whole_by(chunks[n], s); ++n) {
-    ChunkUse& u = use_[chunks[n]];
+  for (std::uint32_t n = 0; n < count; ++n) {
+    const ChunkId c = chunks[n];
+    assert(held_whole_by(c, s));
+    ChunkUse& u = use_[c];
     u.fence = std::max(u.fence, fence);
-    delete_piece(u.pieces);
+    if (spare_[c] == nullptr)
+      spare_[c] = u.pieces;
+    else
+      delete_piece(u.pieces);
     u.pieces = nullptr;
     u.live = 0;
     u.owner = kNone;
   }
-  const std::span<const ChunkId> ids(chunks, n);
+  const std::span<const ChunkId> ids(chunks, count);
   pool_.give_back_all(ids);
   table_.note_run_change(ids, kNone);
-  return n;
 }
 
 // Splits `size` bytes off the front of a free piece that is not in the
@@ -330,20 +340,40 @@ void Lake::free(DevicePtr ptr, FenceId fence, bool others_wait) {
     else if (owner != kNone)
       table_.pin(owner, &Segment::owned, false);
   };
-  const bool small_block = a.size <= options_.small_max;
-  for (std::uint32_t i = 0; i < a.chunk_count;) {
+  auto release_chunk = [&](std::uint32_t i) {
     const ChunkId c = ids[a.first_chunk + i];
-    if (!small_block && held_whole_by(c, a.segment)) {
-      const std::uint32_t n =
-          unclaim_whole(a.segment, a.first_chunk + i, a.chunk_count - i, chunk_fence);
-      given_back += n;
-      i += n;
-      continue;
-    }
     use_[c].fence = std::max(use_[c].fence, chunk_fence);
     release(i == 0 ? a.piece : use_[c].pieces);
-    if (small_block) fragments_.small_block_removed(c, use_[c].pieces);
-    ++i;
+    return c;
+  };
+  if (a.size <= options_.small_max) {
+    for (std::uint32_t i = 0; i < a.chunk_count; ++i) {
+      const ChunkId c = release_chunk(i);
+      fragments_.small_block_removed(c, use_[c].pieces);
+    }
+  } else {
+    // The chunks between the first and the last are the block's whole; the
+    // ends are when the block fills them and its range owns them. Told by
+    // the block's bounds, not by reading each chunk's pieces.
+    const std::uint32_t last = a.chunk_count - 1;
+    const ChunkId first_id = ids[a.first_chunk], last_id = ids[a.first_chunk + last];
+    const std::size_t start = ptr - seg.va;  // the block's offset in its range
+    const std::size_t end = start + a.size;
+    const bool first_whole = use_[first_id].owner == a.segment &&
+                             start == seg.offsets[a.first_chunk] &&
+                             (last > 0 || a.size == pool_.size(first_id));
+    const bool last_whole =
+        last == 0 ? first_whole
+                  : use_[last_id].owner == a.segment &&
+                        end == seg.offsets[a.first_chunk + last] + pool_.size(last_id);
+    const std::uint32_t from = first_whole ? 0 : 1;
+    const std::uint32_t to = last_whole ? a.chunk_count : last;
+    if (!first_whole) release_chunk(0);
+    if (to > from) {
+      unclaim_whole(a.segment, a.first_chunk + from, to - from, chunk_fence);
+      given_back += to - from;
+    }
+    if (last > 0 && !last_whole) release_chunk(last);
   }
   if (given_back != 0) table_.pin(a.segment, &Segment::owned, false, given_back);
   if (!frees_may_lag()) table_.catch_up();
