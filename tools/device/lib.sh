@@ -43,6 +43,8 @@ machine() {
     cmake --version | head -n 1
     "${CXX:-c++}" --version | head -n 1
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(git status --short 2>/dev/null | wc -l) changed files"
+    # memlake times its calls by the TSC only where this says tsc.
+    echo "clock source: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?')"
   } | tee -a "$SUMMARY"
 }
 
