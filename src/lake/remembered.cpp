@@ -31,10 +31,11 @@ void Lake::count_size(std::size_t size, int delta) {
   if (n == 0) allocated_by_size_.erase(size);
 }
 
+// Small requests are never counted by size (count_size).
 Lake::PlaceKey Lake::place_key(const Request& r) const {
+  if (small(r)) return {r.size, 0, r.history, 0};
   auto it = allocated_by_size_.find(r.size);
-  return {r.size, it == allocated_by_size_.end() ? 0 : it->second, r.history,
-          small(r) ? 0 : allocated_bytes_};
+  return {r.size, it == allocated_by_size_.end() ? 0 : it->second, r.history, allocated_bytes_};
 }
 
 void Lake::remember_place(const PlaceKey& key, DevicePtr ptr) {
