@@ -19,7 +19,7 @@ std::size_t chunks_per_access(WorkerMode mode) {
 
 MappingWorker::MappingWorker(std::mutex& allocator_lock, lake::Lake& lake, Stats& stats,
                              ObserverList& observers, WorkerMode mode)
-    : lock_(allocator_lock), jobs_(lake, stats, observers, chunks_per_access(mode)), mode_(mode) {
+    : mode_(mode), lock_(allocator_lock), jobs_(lake, stats, observers, chunks_per_access(mode)) {
   if (mode_ == WorkerMode::thread) thread_ = std::thread([this] { loop(); });
 }
 

@@ -47,14 +47,15 @@ class MappingWorker {
   void run_inline();
   void run_job(std::unique_lock<std::mutex>* lock);
 
-  std::mutex& lock_;
-  worker::Jobs jobs_;
+  // What has_work() reads on every allocation, together ahead of the rest.
   WorkerMode mode_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
+  bool stopping_ = false;
   bool pending_ = false;
   bool busy_ = false;
-  bool stopping_ = false;
+  std::mutex& lock_;
+  worker::Jobs jobs_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
   std::thread thread_;
 };
 
