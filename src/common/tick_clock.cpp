@@ -1,7 +1,6 @@
 // The time-stamp counter's rate against steady_clock, and whether to use it.
 #include "common/tick_clock.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -9,12 +8,6 @@
 namespace memlake {
 
 namespace tick_clock_detail {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 namespace {
 
@@ -43,7 +36,7 @@ struct Origin {
 
 // Both clocks at load, after uses_tsc (defined above, so initialized
 // first): the far end of the interval the rate is taken over.
-const Origin origin{now_ticks(), steady_ns()};
+const Origin origin{now_ticks(), now_ns()};
 
 }  // namespace
 
@@ -54,8 +47,8 @@ std::int64_t ticks_to_ns(std::int64_t ticks) {
   if (!uses_tsc) return ticks;
   static const double ns_per_tick = [] {
     constexpr std::int64_t kInterval = 2'000'000;
-    std::int64_t ns = steady_ns();
-    while (ns - origin.ns < kInterval) ns = steady_ns();
+    std::int64_t ns = now_ns();
+    while (ns - origin.ns < kInterval) ns = now_ns();
     const std::int64_t elapsed_ticks = now_ticks() - origin.ticks;
     return elapsed_ticks > 0 ? static_cast<double>(ns - origin.ns) / elapsed_ticks : 1.0;
   }();

@@ -7,6 +7,7 @@
 // when the stats are read.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #if defined(__x86_64__)
@@ -15,17 +16,23 @@
 
 namespace memlake {
 
+// steady_clock's nanoseconds: the clock of everything but the call timings.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace tick_clock_detail {
 // Whether ticks are the time-stamp counter's, decided once at load.
 extern const bool uses_tsc;
-std::int64_t steady_ns();
 }  // namespace tick_clock_detail
 
 inline std::int64_t now_ticks() {
 #if defined(__x86_64__)
   if (__builtin_expect(tick_clock_detail::uses_tsc, 1)) return static_cast<std::int64_t>(__rdtsc());
 #endif
-  return tick_clock_detail::steady_ns();
+  return now_ns();
 }
 
 // Nanoseconds of `ticks` (a difference of now_ticks values). The first call

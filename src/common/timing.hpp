@@ -4,7 +4,6 @@
 // it plans or commits a job). An uncontended try_lock reads no clock.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <mutex>
 
@@ -12,12 +11,6 @@
 #include "memlake/stats.hpp"
 
 namespace memlake {
-
-inline std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Adds the ticks of its lifetime (now_ticks) to a counter, which the stats
 // report in nanoseconds (ticks_to_ns).
