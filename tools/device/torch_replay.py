@@ -21,6 +21,10 @@ reserved; for memlake also the time its own counters saw inside allocate and
 free (allocate_ns + deallocate_ns + lock_wait_ns), so what PyTorch's
 pluggable path adds shows.
 --json-out writes one JSON record per process.
+
+Two builds of memlake side by side: `memlake+TAG` (with /KEY:VALUE options
+after it as usual) loads the library that MEMLAKE_LIBRARY_TAG names, e.g.
+MEMLAKE_LIBRARY_old=/tmp/old/libmemlake.so --allocators native,memlake+old,memlake
 """
 import argparse
 import gzip
@@ -80,8 +84,17 @@ def summary(times):
             "sum_ns": sum(times)}
 
 
+def allocator_name(label):
+    """The allocator of a label: "memlake+old/worker:off" -> ("memlake", "old")."""
+    name, _, tag = label.partition("/")[0].partition("+")
+    return name, tag
+
+
 def replay(label, path, warmup_fraction):
-    name, _, conf = label.partition("/")
+    conf = label.partition("/")[2]
+    name, tag = allocator_name(label)
+    if tag:
+        os.environ["MEMLAKE_LIBRARY"] = os.environ["MEMLAKE_LIBRARY_" + tag]
     select_allocator(name)
     import torch
     if name == "memlake":
@@ -174,8 +187,11 @@ def run_child(args):
 def compare(args):
     labels = [a for a in args.allocators.split(",") if a]
     for label in labels:
-        if label.partition("/")[0] not in ALLOCATORS:
+        name, tag = allocator_name(label)
+        if name not in ALLOCATORS or (tag and name != "memlake"):
             raise SystemExit("unknown allocator %r" % label)
+        if tag and not os.environ.get("MEMLAKE_LIBRARY_" + tag):
+            raise SystemExit("%s: set MEMLAKE_LIBRARY_%s to its libmemlake.so" % (label, tag))
     records = []
     for path in args.trace:
         for round_index in range(args.rounds):
