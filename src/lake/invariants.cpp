@@ -19,10 +19,10 @@ std::string SegmentTable::check_invariants() const {
     SlotRuns runs;
     for (std::uint32_t i = 0; i < seg.chunks.size(); ++i) {
       const ChunkId c = seg.chunks[i];
-      const auto& in = maps_[c].mapped_in;
+      const auto& in = mapped_in_[c];
       if (std::find(in.begin(), in.end(), Mapping{s, i}) == in.end())
         err << "segment " << s << " slot " << i << " missing from its chunk's mappings; ";
-      if (!maps_[c].seen_offered(s)) {  // as of the last catch-up
+      if (!states_[c].seen_offered(s)) {  // as of the last catch-up
         ++busy;
         continue;
       }
@@ -43,12 +43,12 @@ std::string SegmentTable::check_invariants() const {
       err << "segment " << s << " LRU index is off; ";
     idle += is_idle;
   }
-  for (ChunkId c = 0; c < maps_.size(); ++c) {
-    for (Mapping m : maps_[c].mapped_in)
+  for (ChunkId c = 0; c < states_.size(); ++c) {
+    for (Mapping m : mapped_in_[c])
       if (m.segment >= segments_.size() || !segments_[m.segment].in_use ||
           segments_[m.segment].chunks[m.index] != c)
         err << "chunk " << c << " lists a mapping its segment does not have; ";
-    const ChunkMaps& m = maps_[c];
+    const ChunkState& m = states_[c];
     const bool behind =
         pool_[c].in_use && (m.seen_free != pool_.is_free(c) || m.seen_home != m.home);
     if (behind && (!m.listed || std::find(lagging_chunks_.begin(), lagging_chunks_.end(), c) ==
@@ -58,7 +58,7 @@ std::string SegmentTable::check_invariants() const {
         (m.seen_home_slot >= segments_[m.seen_home].chunks.size() ||
          segments_[m.seen_home].chunks[m.seen_home_slot] != c))
       err << "chunk " << c << " has the wrong slot of its home; ";
-    if (m.mapped_in.empty() ? m.home != kNone : !maps_chunk(m.home, c))
+    if (mapped_in_[c].empty() ? m.home != kNone : !maps_chunk(m.home, c))
       err << "chunk " << c << " has a home that does not map it; ";
   }
   if (mapped != mapped_bytes_) err << "mapped bytes disagree; ";

@@ -127,7 +127,7 @@ std::size_t Lake::reclaim() {
   const bool clean = table_.unmap_unpinned();
   std::vector<ChunkId> unmapped;
   for (auto [size, c] : pool_.free_set())
-    if (table_.maps(c).mapped_in.empty()) unmapped.push_back(c);
+    if (table_.mapped_in(c).empty()) unmapped.push_back(c);
   std::size_t released = 0;
   Status refused = Status::ok;  // the first release the backend refused
   for (ChunkId c : unmapped) {
@@ -182,7 +182,7 @@ std::vector<std::pair<DevicePtr, std::size_t>> Lake::aliases(DevicePtr ptr,
     const DevicePtr here = seg.va + seg.offsets[i];
     const std::size_t start = (i == a->first_chunk) ? ptr - here : 0;
     const std::size_t len = std::min(pool_.size(c) - start, size - done);
-    for (Mapping other : table_.maps(c).mapped_in) {
+    for (Mapping other : table_.mapped_in(c)) {
       if (other.segment == a->segment) continue;
       const Segment& o = table_[other.segment];
       out.emplace_back(o.va + o.offsets[other.index] + start, len);

@@ -102,7 +102,7 @@ void SegmentTable::slots_claimed(SegmentId s, std::uint32_t index, std::uint32_t
 
 void SegmentTable::note_run_change(std::span<const ChunkId> ids, SegmentId s) {
   for (ChunkId id : ids) {
-    if (s != kNone) maps_[id].home = s;
+    if (s != kNone) states_[id].home = s;
     note_chunk_change(id);
   }
 }
@@ -112,17 +112,17 @@ void SegmentTable::rehome(SegmentId s, const std::vector<ChunkId>& ids) {
 }
 
 void SegmentTable::rehome(SegmentId s, ChunkId c) {
-  if (maps_[c].home == s) return;
-  maps_[c].home = s;
+  if (states_[c].home == s) return;
+  states_[c].home = s;
   note_chunk_change(c);
 }
 
 void SegmentTable::unhome(SegmentId s) {
   for (ChunkId c : segments_[s].chunks) {
-    ChunkMaps& m = maps_[c];
+    ChunkState& m = states_[c];
     if (m.home != s) continue;
     m.home = kNone;
-    for (auto it = m.mapped_in.rbegin(); it != m.mapped_in.rend() && m.home == kNone; ++it)
+    for (auto it = mapped_in_[c].rbegin(); it != mapped_in_[c].rend() && m.home == kNone; ++it)
       if (it->segment != s) m.home = it->segment;
     note_chunk_change(c);
   }
@@ -137,14 +137,14 @@ void SegmentTable::unhome(SegmentId s) {
 void SegmentTable::catch_up() {
   if (lagging_chunks_.empty()) return;
   for (ChunkId id : lagging_chunks_) {
-    ChunkMaps& m = maps_[id];
+    ChunkState& m = states_[id];
     m.listed = false;
     const bool free_now = pool_.is_free(id);
     if (free_now == m.seen_free && m.home == m.seen_home) continue;
     if (m.home == m.seen_home) {
       if (m.home != kNone) catch_up_mapping({m.home, m.seen_home_slot}, free_now);
     } else {
-      for (Mapping where : m.mapped_in) {
+      for (Mapping where : mapped_in_[id]) {
         if (where.segment == m.home) m.seen_home_slot = where.index;
         const bool now = free_now && m.home == where.segment;
         if (m.seen_offered(where.segment) != now) catch_up_mapping(where, now);
@@ -185,21 +185,33 @@ void SegmentTable::apply_stretches(const std::vector<Mapping>& slots, bool freed
     else
       slots_claimed(s, st.start, st.count);
   };
+  // The stretch of the segment met last stays in registers while the slots
+  // stay in that segment (the common case): growing it in memory would make
+  // every slot load what the one before had just stored.
+  SegmentId current = kNone;
+  Stretch st;
   for (Mapping m : slots) {
-    Stretch& st = open_stretches_[m.segment];
-    if (st.count == 0) {
-      st = {m.index, 1};
-      touched_segments_.push_back(m.segment);
-    } else if (m.index == st.start + st.count) {
+    if (m.segment != current) {
+      if (current != kNone) open_stretches_[current] = st;
+      current = m.segment;
+      st = open_stretches_[current];
+      if (st.count == 0) {
+        st = {m.index, 1};
+        touched_segments_.push_back(current);
+        continue;
+      }
+    }
+    if (m.index == st.start + st.count) {
       ++st.count;
     } else if (m.index + 1 == st.start) {
       --st.start;
       ++st.count;
     } else {
-      close(m.segment, st);
+      close(current, st);
       st = {m.index, 1};
     }
   }
+  if (current != kNone) open_stretches_[current] = st;
   for (SegmentId s : touched_segments_) {
     close(s, open_stretches_[s]);
     open_stretches_[s] = {};
@@ -210,7 +222,7 @@ void SegmentTable::apply_stretches(const std::vector<Mapping>& slots, bool freed
 std::size_t SegmentTable::behind_chunk_count() const {
   std::size_t n = 0;
   for (ChunkId c : lagging_chunks_)
-    n += maps_[c].seen_free != pool_.is_free(c) || maps_[c].seen_home != maps_[c].home;
+    n += states_[c].seen_free != pool_.is_free(c) || states_[c].seen_home != states_[c].home;
   return n;
 }
 

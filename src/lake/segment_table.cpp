@@ -41,8 +41,12 @@ SegmentTable::~SegmentTable() {
 }
 
 void SegmentTable::chunk_added(ChunkId c) {
-  if (maps_.size() <= c) maps_.resize(c + 1);
-  maps_[c] = ChunkMaps{};
+  if (states_.size() <= c) {
+    states_.resize(c + 1);
+    mapped_in_.resize(c + 1);
+  }
+  states_[c] = ChunkState{};
+  mapped_in_[c].clear();
 }
 
 SegmentId SegmentTable::containing(DevicePtr ptr) const {
@@ -53,7 +57,7 @@ SegmentId SegmentTable::containing(DevicePtr ptr) const {
 }
 
 bool SegmentTable::maps_chunk(SegmentId s, ChunkId c) const {
-  const auto& m = maps_[c].mapped_in;
+  const auto& m = mapped_in_[c];
   return s != kNone && std::any_of(m.begin(), m.end(), [&](Mapping x) { return x.segment == s; });
 }
 
@@ -154,7 +158,7 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
                                          bool stitched) {
   catch_up();  // the new segment starts from the chunks' state, as the others
   // Room in each chunk's mappings and in the free slots (for an undo) first.
-  for (ChunkId c : ids) maps_[c].mapped_in.reserve(maps_[c].mapped_in.size() + 1);
+  for (ChunkId c : ids) mapped_in_[c].reserve(mapped_in_[c].size() + 1);
   free_slots_.reserve(free_slots_.size() + 1);
   const SegmentId id = new_slot();
   Segment& seg = segments_[id];
@@ -168,14 +172,14 @@ SegmentId SegmentTable::register_segment(std::vector<ChunkId> ids, MappedRange r
   // The segment starts from what the others saw of its chunks; becoming
   // their home is a change it catches up with like them.
   for (std::uint32_t i = 0; i < ids.size(); ++i) {
-    maps_[ids[i]].mapped_in.push_back({id, i});
-    if (!maps_[ids[i]].seen_offered(id)) ++seg.busy;
+    mapped_in_[ids[i]].push_back({id, i});
+    if (!states_[ids[i]].seen_offered(id)) ++seg.busy;
   }
   seg.chunks = std::move(ids);
   seg.last_used = ++clock_;
   try {  // the indexes' inserts may need the heap
     for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
-      if (maps_[seg.chunks[i]].seen_offered(id)) slots_freed(id, i, 1);
+      if (states_[seg.chunks[i]].seen_offered(id)) slots_freed(id, i, 1);
     segment_at_.emplace(seg.va, id);
     unpinned_by_age_.emplace(seg.last_used, id);
     if (seg.busy == 0) idle_insert(id);
@@ -210,7 +214,7 @@ void SegmentTable::unregister(SegmentId id) {
   unpinned_by_age_.erase({seg.last_used, id});
   if (idle_by_size_.count({seg.size, id}) != 0) idle_erase(id);
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
-    std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{id, i});
+    std::erase(mapped_in_[seg.chunks[i]], Mapping{id, i});
   seg = Segment{};
   free_slots_.push_back(id);
 }
@@ -267,7 +271,7 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
   if (idle) idle_insert(s);
   const auto first_new = static_cast<std::uint32_t>(seg.chunks.size());
   for (ChunkId c : ids) {
-    maps_[c].mapped_in.push_back({s, static_cast<std::uint32_t>(seg.chunks.size())});
+    mapped_in_[c].push_back({s, static_cast<std::uint32_t>(seg.chunks.size())});
     seg.chunks.push_back(c);
     seg.offsets.push_back(offset);
     offset += pool_.size(c);
@@ -275,7 +279,7 @@ bool SegmentTable::extend(SegmentId s, const std::vector<ChunkId>& ids) {
   if (tail_count) run_insert(s, tail_start, tail_count);
   // As in register_segment: the new slots start from what the others saw.
   for (std::uint32_t i = first_new; i < seg.chunks.size(); ++i) {
-    if (maps_[seg.chunks[i]].seen_offered(s))
+    if (states_[seg.chunks[i]].seen_offered(s))
       slots_freed(s, i, 1);
     else if (seg.busy++ == 0)
       idle_erase(s);
@@ -324,7 +328,7 @@ Zombie SegmentTable::detach(SegmentId s) {
   while (!seg.runs.empty()) run_erase(s, std::prev(seg.runs.end()));
   unhome(s);
   for (std::uint32_t i = 0; i < seg.chunks.size(); ++i)
-    std::erase(maps_[seg.chunks[i]].mapped_in, Mapping{s, i});
+    std::erase(mapped_in_[seg.chunks[i]], Mapping{s, i});
   units_ -= seg.chunks.size() + 1;
   gauge(stats_.mapping_units, -static_cast<std::int64_t>(seg.chunks.size() + 1));
   if (MEMLAKE_UNLIKELY(!observers_.empty()))

@@ -19,7 +19,7 @@
 //
 // Behind: a chunk taken, given back or rehomed since the segments mapping it
 // last caught up (note_chunk_change, catch_up). Their busy counts, the idle
-// index and their free runs tell the chunk's state as of then (ChunkMaps'
+// index and their free runs tell the chunk's state as of then (ChunkState's
 // seen_free and seen_home). Free runs: every maximal run of consecutive
 // slots of a segment whose chunks it offers as of then is in Segment::runs
 // and in the run index. A segment with busy == 0 offers all its chunks: it
@@ -79,10 +79,11 @@ struct Segment {
   bool pinned() const { return owned != 0 || borrowed != 0; }
 };
 
-// Where a chunk is mapped, its home, and what the segments mapping it saw
-// when they last caught up with it.
-struct ChunkMaps {
-  std::vector<Mapping> mapped_in;
+// A chunk's home, and what the segments mapping it saw when they last
+// caught up with it: 16 bytes, four to a cache line, since a catch-up reads
+// one for each chunk of every block taken or freed (where the chunk is
+// mapped is kept apart: only a change of home reads it).
+struct ChunkState {
   SegmentId home = kNone;       // the segment that offers it while free: kNone only when unmapped
   SegmentId seen_home = kNone;  // as of the last catch-up
   // The chunk's slot in seen_home (when that is not kNone): a catch-up that
@@ -93,6 +94,7 @@ struct ChunkMaps {
   // Whether segment `s` counts the chunk as free, as of the last catch-up.
   bool seen_offered(SegmentId s) const { return seen_free && seen_home == s; }
 };
+static_assert(sizeof(ChunkState) == 16);
 
 // A range that is out of the table but not (fully) unmapped yet.
 struct Zombie {
@@ -129,15 +131,19 @@ class SegmentTable {
   Segment& operator[](SegmentId s) { return segments_[s]; }
   const Segment& operator[](SegmentId s) const { return segments_[s]; }
   std::size_t slots() const { return segments_.size(); }
-  const ChunkMaps& maps(ChunkId c) const { return maps_[c]; }
+  // Where chunk `c` is mapped: segment and slot, oldest mapping first.
+  const std::vector<Mapping>& mapped_in(ChunkId c) const { return mapped_in_[c]; }
   void chunk_added(ChunkId c);
-  void chunk_removed(ChunkId c) { maps_[c] = ChunkMaps{}; }
+  void chunk_removed(ChunkId c) {
+    states_[c] = ChunkState{};
+    mapped_in_[c] = {};
+  }
   // The segment whose mapped bytes hold `ptr`, or kNone.
   SegmentId containing(DevicePtr ptr) const;
   // Chunk `c` is mapped in segment `s`.
   bool maps_chunk(SegmentId s, ChunkId c) const;
   // Chunk `c` is free and segment `s`, which maps it, may hand it out.
-  bool offers(SegmentId s, ChunkId c) const { return pool_.is_free(c) && maps_[c].home == s; }
+  bool offers(SegmentId s, ChunkId c) const { return pool_.is_free(c) && states_[c].home == s; }
 
   // ---- mapping ----
   // Reserves a range for `chunks` (handle, size), maps each and grants access
@@ -223,7 +229,7 @@ class SegmentTable {
   // ---- catching up ----
   // Chunk `c` was taken or given back: the segments mapping it are behind.
   void note_chunk_change(ChunkId c) {
-    ChunkMaps& m = maps_[c];
+    ChunkState& m = states_[c];
     if (m.listed) return;
     m.listed = true;
     lagging_chunks_.push_back(c);
@@ -272,8 +278,9 @@ class SegmentTable {
   ObserverList& observers_;
   std::vector<Segment> segments_;
   std::vector<SegmentId> free_slots_;
-  std::vector<ChunkMaps> maps_;    // by chunk id
-  PoolSet<SizeKey> idle_by_size_;  // busy == 0
+  std::vector<ChunkState> states_;               // by chunk id
+  std::vector<std::vector<Mapping>> mapped_in_;  // by chunk id
+  PoolSet<SizeKey> idle_by_size_;                // busy == 0
   using AgeKey = std::pair<std::uint64_t, SegmentId>;
   PoolSet<AgeKey> unpinned_by_age_;  // !pinned(), least recently used first
   using BaseEntry = std::pair<const DevicePtr, SegmentId>;
